@@ -1,0 +1,27 @@
+"""glaref: the float64 ground truth for scalar-gated linear attention.
+
+    o, h_T = glaref.forward(q, k, v, log_alpha, h0=None, scale=1.0, layout="bhtd")
+    g = glaref.vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, layout="bhtd")
+
+Importing glaref is cheap: numba, jax and the audit engine load only when first used.
+"""
+
+from __future__ import annotations
+
+from ._errors import DTypeError, GlarefError, LayoutError, NonFiniteError, ShapeError
+from ._oracle import Grads, dlog_alpha_identity, forward, vjp
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DTypeError",
+    "GlarefError",
+    "Grads",
+    "LayoutError",
+    "NonFiniteError",
+    "ShapeError",
+    "__version__",
+    "dlog_alpha_identity",
+    "forward",
+    "vjp",
+]

@@ -1,0 +1,209 @@
+"""Inputs and layouts: validation and canonicalisation, done once at the edge.
+
+Everything inside glaref works on the canonical layout "bhtd" in float64:
+
+    q, k       (B, G, T, dk)
+    v          (B, H, T, dv)
+    log_alpha  (B, H, T)
+    h0, h_T    (B, H, dk, dv)
+    o, do      (B, H, T, dv)
+
+The "bthd" layout (flash-linear-attention's and Mamba2's) puts time before heads:
+q, k (B, T, G, dk); v, o, do (B, T, H, dv); log_alpha (B, T, H); h0 and h_T are
+the same in both layouts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ._errors import DTypeError, LayoutError, NonFiniteError, ShapeError
+
+LAYOUTS = ("bhtd", "bthd")
+
+# Float dtypes that numpy does not know natively but ml_dtypes (via jax) adds.
+_EXTRA_FLOAT_NAMES = {"bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3b11fnuz",
+                      "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e3m4", "float8_e4m3",
+                      "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"}
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Sizes of one problem. ``H // G`` heads share each group of q and k."""
+
+    B: int
+    G: int
+    H: int
+    T: int
+    dk: int
+    dv: int
+
+    @property
+    def heads_per_group(self) -> int:
+        return self.H // self.G
+
+
+class Problem(NamedTuple):
+    """Canonical float64 "bhtd" arrays of one problem (cotangents may be None)."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    log_alpha: np.ndarray
+    h0: np.ndarray
+    do: np.ndarray | None
+    dh_T: np.ndarray | None
+    dims: Dims
+
+
+# how each argument moves between layouts
+_KIND = {"q": "qk", "k": "qk", "v": "v", "do": "v", "o": "v", "log_alpha": "gate",
+         "h0": "state", "dh_T": "state", "h_T": "state"}
+
+
+def check_layout(layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise LayoutError(f"layout: got {layout!r}, expected one of {LAYOUTS}")
+    return layout
+
+
+def _describe(x: Any) -> str:
+    return f"{type(x).__module__}.{type(x).__name__}"
+
+
+def to_float64(x: Any, name: str) -> np.ndarray:
+    """Convert any real floating array-like (numpy, JAX, torch CPU, lists) exactly to float64.
+
+    Every real float format (float16, bfloat16, float32, ...) is a subset of float64, so the
+    conversion is exact. Integers, booleans and complex numbers are refused: a kernel's inputs
+    are floating point, and silently accepting ints hides a caller's bug.
+    """
+    if isinstance(x, np.ndarray):
+        a = x
+    else:
+        # torch tensors: bfloat16 has no numpy equivalent, so widen on the torch side
+        # (exact) by duck typing; torch itself is never imported here.
+        mod = type(x).__module__ or ""
+        if mod.startswith("torch") and hasattr(x, "detach"):
+            t = x.detach()
+            if getattr(t, "device", None) is not None and str(t.device) != "cpu":
+                raise DTypeError(f"{name}: got a torch tensor on {t.device}, expected a CPU tensor "
+                                 "(call .cpu() first)")
+            if t.is_complex():
+                raise DTypeError(f"{name}: got dtype {t.dtype}, expected a real floating dtype")
+            if not t.is_floating_point():
+                raise DTypeError(f"{name}: got dtype {t.dtype}, expected a real floating dtype "
+                                 "(float16, bfloat16, float32 or float64)")
+            t = t.double()
+            a = t.numpy()
+        else:
+            try:
+                a = np.asarray(x)
+            except Exception as exc:  # pragma: no cover - exotic array-likes
+                raise DTypeError(f"{name}: could not convert {_describe(x)} to an array: {exc}") from exc
+    dt = a.dtype
+    if dt.kind == "f" or dt.name in _EXTRA_FLOAT_NAMES:
+        return np.ascontiguousarray(a, dtype=np.float64)
+    raise DTypeError(f"{name}: got dtype {dt}, expected a real floating dtype "
+                     "(float16, bfloat16, float32 or float64)")
+
+
+def _check_ndim(a: np.ndarray, name: str, ndim: int, expected: str) -> None:
+    if a.ndim != ndim:
+        raise ShapeError(f"{name}: got shape {a.shape} ({a.ndim} dims), expected {ndim} dims {expected}")
+
+
+def _check_shape(a: np.ndarray, name: str, expected: tuple[int, ...], spelled: str) -> None:
+    if a.shape != expected:
+        raise ShapeError(f"{name}: got shape {a.shape}, expected {expected} {spelled}")
+
+
+def _check_finite(a: np.ndarray, name: str) -> None:
+    if a.size and not np.isfinite(a).all():
+        bad = np.argwhere(~np.isfinite(a))[0]
+        raise NonFiniteError(f"{name}: got a non-finite value {a[tuple(bad)]!r} at index {tuple(int(i) for i in bad)}, "
+                             "expected finite values (pass allow_nonfinite=True to accept)")
+
+
+def to_canonical(a: np.ndarray, kind: str, layout: str) -> np.ndarray:
+    """Move one array from ``layout`` to "bhtd". kind: 'qk', 'v', 'gate' or 'state'."""
+    if layout == "bhtd" or kind == "state":
+        return a
+    return np.ascontiguousarray(np.swapaxes(a, 1, 2))
+
+
+def from_canonical(a: np.ndarray, kind: str, layout: str) -> np.ndarray:
+    """Move one array from "bhtd" to ``layout`` (the inverse of :func:`to_canonical`)."""
+    if layout == "bhtd" or kind == "state":
+        return a
+    return np.ascontiguousarray(np.swapaxes(a, 1, 2))
+
+
+def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str = "bhtd",
+                 allow_nonfinite: bool = False, need_do: bool = False) -> Problem:
+    """Validate the inputs, convert them to float64 and move them to the "bhtd" layout."""
+    check_layout(layout)
+    bhtd = layout == "bhtd"
+    qk_spell = "(B, G, T, dk)" if bhtd else "(B, T, G, dk)"
+    v_spell = "(B, H, T, dv)" if bhtd else "(B, T, H, dv)"
+    g_spell = "(B, H, T)" if bhtd else "(B, T, H)"
+
+    q = to_float64(q, "q")
+    k = to_float64(k, "k")
+    v = to_float64(v, "v")
+    log_alpha = to_float64(log_alpha, "log_alpha")
+    _check_ndim(q, "q", 4, qk_spell)
+    _check_ndim(k, "k", 4, qk_spell)
+    _check_ndim(v, "v", 4, v_spell)
+    _check_ndim(log_alpha, "log_alpha", 3, g_spell)
+    q = to_canonical(q, "qk", layout)
+    k = to_canonical(k, "qk", layout)
+    v = to_canonical(v, "v", layout)
+    log_alpha = to_canonical(log_alpha, "gate", layout)
+
+    B, G, T, dk = q.shape
+    H, dv = v.shape[1], v.shape[3]
+
+    def back(shape: tuple[int, ...], kind: str) -> tuple[int, ...]:
+        # a canonical shape spelled in the caller's layout, for error messages
+        if bhtd or kind == "state":
+            return shape
+        s = list(shape)
+        s[1], s[2] = s[2], s[1]
+        return tuple(s)
+
+    if k.shape != q.shape:
+        raise ShapeError(f"k: got shape {back(k.shape, 'qk')}, expected {back(q.shape, 'qk')} {qk_spell} like q")
+    if v.shape[0] != B or v.shape[2] != T:
+        raise ShapeError(f"v: got shape {back(v.shape, 'v')}, expected {back((B, H, T, dv), 'v')} {v_spell} "
+                         f"with B={B} and T={T} from q")
+    if G == 0 or H % G != 0:
+        raise ShapeError(f"v: got H={H} heads, expected a multiple of q's G={G} groups")
+    if log_alpha.shape != (B, H, T):
+        raise ShapeError(f"log_alpha: got shape {back(log_alpha.shape, 'gate')}, expected "
+                         f"{back((B, H, T), 'gate')} {g_spell}")
+    if h0 is None:
+        h0 = np.zeros((B, H, dk, dv))
+    else:
+        h0 = to_float64(h0, "h0")
+        _check_shape(h0, "h0", (B, H, dk, dv), "(B, H, dk, dv)")
+    if do is not None:
+        do = to_canonical(to_float64(do, "do"), "v", layout)
+        if do.shape != (B, H, T, dv):
+            raise ShapeError(f"do: got shape {back(do.shape, 'v')}, expected {back((B, H, T, dv), 'v')} {v_spell} like o")
+    elif need_do:
+        raise ShapeError("do: got None, expected the cotangent of o")
+    if dh_T is not None:
+        dh_T = to_float64(dh_T, "dh_T")
+        _check_shape(dh_T, "dh_T", (B, H, dk, dv), "(B, H, dk, dv) like h_T")
+
+    if not allow_nonfinite:
+        for name, a in (("q", q), ("k", k), ("v", v), ("log_alpha", log_alpha), ("h0", h0),
+                        ("do", do), ("dh_T", dh_T)):
+            if a is not None:
+                # report the index in the caller's layout
+                _check_finite(from_canonical(a, _KIND[name], layout), name)
+    return Problem(q, k, v, log_alpha, h0, do, dh_T, Dims(B, G, H, T, dk, dv))
