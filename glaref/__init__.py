@@ -15,6 +15,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DTypeError",
+    "audit",
+    "kernels",
+    "scales",
     "GlarefError",
     "Grads",
     "LayoutError",
@@ -25,3 +28,17 @@ __all__ = [
     "forward",
     "vjp",
 ]
+
+
+def __getattr__(name: str):
+    # Lazy attributes: the audit engine and the JAX kernels pull in jax; scales pulls in the oracle.
+    if name == "audit":
+        from .audit import audit
+        return audit
+    if name == "kernels":
+        import importlib
+        return importlib.import_module(".kernels", __name__)
+    if name == "scales":
+        from ._budget import scales as public_scales
+        return public_scales
+    raise AttributeError(f"module 'glaref' has no attribute {name!r}")
