@@ -1,0 +1,176 @@
+"""The Numba oracle against the NumPy reference, and its thread-count determinism.
+
+Agreement is normwise relative, ||x - ref|| / ||ref||, per output and per gradient, within
+``tol("numba_vs_numpy")``. The reference is ``glaref._reference`` (a different code path: a
+step-by-step NumPy loop), never the Numba code itself.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from glaref import _reference
+from glaref.tolerances import tol
+
+_numba = pytest.importorskip("glaref._numba")
+
+NAMES = ("o", "h_T", "dq", "dk", "dv", "dlog_alpha", "dh0")
+
+
+def _logsigmoid(x):
+    return -np.logaddexp(0.0, -x)
+
+
+def make_case(B, G, H, T, dk, dv, gate="standard", h0_scale=1.0, seed=0, with_dh_T=True):
+    """Random canonical inputs and cotangents; ``gate`` picks the log_alpha regime."""
+    rng = np.random.default_rng([seed, B, G, H, T, dk, dv])
+    s = 1.0 / np.sqrt(max(dk, 1))
+    q = s * rng.standard_normal((B, G, T, dk))
+    k = s * rng.standard_normal((B, G, T, dk))
+    v = rng.standard_normal((B, H, T, dv))
+    h0 = h0_scale * rng.standard_normal((B, H, dk, dv))
+    do = rng.standard_normal((B, H, T, dv))
+    dh_T = rng.standard_normal((B, H, dk, dv)) if with_dh_T else None
+    shape = (B, H, T)
+    if gate == "standard":
+        la = _logsigmoid(rng.standard_normal(shape))
+    elif gate == "strong_decay":  # per-step log decays down to about -30
+        la = _logsigmoid(rng.standard_normal(shape)) / 0.1
+        la[..., ::3] = -30.0
+    elif gate == "zero":
+        la = np.zeros(shape)
+    elif gate == "positive":  # growth, small enough not to overflow over T steps
+        la = rng.uniform(0.0, 0.05, shape)
+    elif gate == "near_one":
+        la = -1e-4 * rng.uniform(0.5, 1.5, shape)
+    elif gate == "mixed":  # large steps of both signs, partial sums stay bounded
+        la = rng.choice([-30.0, -1.0, 0.0, 0.5], size=shape)
+    else:
+        raise ValueError(gate)
+    return q, k, v, la, h0, do, dh_T
+
+
+def both(case, scale=0.7):
+    q, k, v, la, h0, do, dh_T = case
+    ref = _reference.forward(q, k, v, la, h0, scale) + _reference.vjp(q, k, v, la, h0, do, dh_T, scale)
+    got = _numba.forward(q, k, v, la, h0, scale) + _numba.vjp(q, k, v, la, h0, do, dh_T, scale)
+    return dict(zip(NAMES, got)), dict(zip(NAMES, ref))
+
+
+def rel_errors(got, ref):
+    out = {}
+    for name in NAMES:
+        g, r = got[name], ref[name]
+        assert g.shape == r.shape, (name, g.shape, r.shape)
+        assert g.dtype == np.float64, (name, g.dtype)
+        nr = np.linalg.norm(r)
+        out[name] = 0.0 if g.size == 0 or nr == 0.0 and np.linalg.norm(g) == 0.0 else (
+            np.linalg.norm(g - r) / nr)
+    return out
+
+
+def assert_agree(case, scale=0.7):
+    __tracebackhide__ = True
+    got, ref = both(case, scale)
+    errs = rel_errors(got, ref)
+    bad = {n: e for n, e in errs.items() if not e <= tol("numba_vs_numpy")}
+    if bad:
+        raise AssertionError(f"numba vs numpy above {tol('numba_vs_numpy'):g}: {bad}; all: {errs}")
+    return errs
+
+
+# (B, G, H, T, dk, dv)
+SHAPES = [
+    (2, 2, 4, 37, 8, 8),      # G < H
+    (1, 3, 3, 20, 6, 5),      # G = H, dk != dv
+    (2, 1, 2, 1, 4, 4),       # T = 1
+    (1, 2, 4, 131, 48, 40),   # odd sizes, T not a multiple of any block size
+    (1, 1, 1, 200, 16, 24),   # dk < dv
+    (1, 1, 2, 70, 24, 9),     # dk > dv
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_random_cases_agree(shape):
+    assert_agree(make_case(*shape))
+
+
+@pytest.mark.parametrize("gate", ["strong_decay", "zero", "positive", "near_one", "mixed"])
+@pytest.mark.parametrize("shape", [(1, 2, 4, 150, 16, 12), (1, 1, 1, 67, 48, 40)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_stress_gates_agree(gate, shape):
+    assert_agree(make_case(*shape, gate=gate))
+
+
+def test_h0_dominant_agrees():
+    assert_agree(make_case(1, 2, 4, 90, 16, 16, gate="near_one", h0_scale=1e4))
+
+
+def test_without_dh_T_agrees():
+    errs = assert_agree(make_case(1, 1, 2, 40, 8, 8, with_dh_T=False))
+    assert errs["dh0"] <= tol("numba_vs_numpy")
+
+
+def test_per_head_matches_reference_and_sums_to_grouped():
+    q, k, v, la, h0, do, dh_T = make_case(1, 2, 6, 45, 8, 7)
+    got = _numba.vjp(q, k, v, la, h0, do, dh_T, 0.5, per_head=True)
+    ref = _reference.vjp(q, k, v, la, h0, do, dh_T, 0.5, per_head=True)
+    for g, r in zip(got[:2], ref[:2]):
+        assert g.shape == (1, 6, 45, 8)
+        assert np.linalg.norm(g - r) <= tol("numba_vs_numpy") * np.linalg.norm(r)
+    grouped = _numba.vjp(q, k, v, la, h0, do, dh_T, 0.5)
+    # the group sum is a plain left-to-right sum of the per-head values: exact equality
+    for g_head, g_sum in zip(got[:2], grouped[:2]):
+        expect = (g_head[:, [0, 3]] + g_head[:, [1, 4]]) + g_head[:, [2, 5]]
+        np.testing.assert_array_equal(g_sum, expect)
+
+
+@pytest.mark.parametrize("B,T", [(0, 5), (2, 0)])
+def test_empty(B, T):
+    q, k, v, la, h0, do, dh_T = make_case(max(B, 1), 2, 4, max(T, 1), 6, 5)
+    q, k, v, la, do = q[:B, :, :T], k[:B, :, :T], v[:B, :, :T], la[:B, :, :T], do[:B, :, :T]
+    h0, dh_T = h0[:B], dh_T[:B]
+    o, h_T = _numba.forward(q, k, v, la, h0, 1.0)
+    assert o.shape == (B, 4, T, 5) and h_T.shape == (B, 4, 6, 5)
+    np.testing.assert_array_equal(h_T, h0)  # T = 0: nothing happens to the state
+    dq, dk, dv, dla, dh0 = _numba.vjp(q, k, v, la, h0, do, dh_T, 1.0)
+    assert dq.shape == (B, 2, T, 6) and dk.shape == (B, 2, T, 6)
+    assert dv.shape == (B, 4, T, 5) and dla.shape == (B, 4, T) and dh0.shape == (B, 4, 6, 5)
+    np.testing.assert_array_equal(dh0, dh_T)  # T = 0: dh0 is dh_T itself
+
+
+_THREAD_SCRIPT = textwrap.dedent("""
+    import sys, numpy as np
+    sys.path.insert(0, {root!r})
+    from glaref import _numba
+    import numba
+    assert numba.get_num_threads() == {n}, numba.get_num_threads()
+    rng = np.random.default_rng(7)
+    B, G, H, T, dk, dv = 2, 2, 4, 300, 24, 20
+    q = rng.standard_normal((B, G, T, dk)) / 5; k = rng.standard_normal((B, G, T, dk)) / 5
+    v = rng.standard_normal((B, H, T, dv)); la = -np.logaddexp(0, -rng.standard_normal((B, H, T)))
+    la[0, 0, ::4] = -30.0
+    h0 = rng.standard_normal((B, H, dk, dv)); do = rng.standard_normal((B, H, T, dv))
+    dh_T = rng.standard_normal((B, H, dk, dv))
+    outs = _numba.forward(q, k, v, la, h0, 0.3) + _numba.vjp(q, k, v, la, h0, do, dh_T, 0.3)
+    sys.stdout.buffer.write(b"".join(np.ascontiguousarray(x).tobytes() for x in outs))
+""")
+
+
+def test_bit_identical_on_1_and_2_threads():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    blobs = []
+    for n in (1, 2):
+        env = dict(os.environ, NUMBA_NUM_THREADS=str(n))
+        r = subprocess.run([sys.executable, "-c", _THREAD_SCRIPT.format(root=root, n=n)],
+                           env=env, capture_output=True, timeout=300)
+        assert r.returncode == 0, r.stderr.decode()
+        blobs.append(r.stdout)
+    assert len(blobs[0]) > 0
+    assert blobs[0] == blobs[1]
