@@ -56,7 +56,7 @@ def forward(q, k, v, log_alpha, h0, scale=1.0):
     qh, kh = _per_head(q, H), _per_head(k, H)
     alpha = np.exp(log_alpha)
     S = h0.copy()
-    o = np.empty(v.shape, dtype=np.result_type(q, v, h0, log_alpha))
+    o = np.empty(v.shape, dtype=np.result_type(q, k, v, log_alpha, h0))
     for t in range(v.shape[2]):
         S = _step(S, alpha[:, :, t], kh[:, :, t], v[:, :, t])
         o[:, :, t] = scale * np.einsum("bhk,bhkv->bhv", qh[:, :, t], S)
@@ -72,7 +72,7 @@ def vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False):
     G = q.shape[1]
     qh, kh = _per_head(q, H), _per_head(k, H)
     alpha = np.exp(log_alpha)
-    dtype = np.result_type(q, v, h0, log_alpha, do)
+    dtype = np.result_type(q, k, v, log_alpha, h0, do, *(() if dh_T is None else (dh_T,)))
 
     # Forward pass, keeping S_{c} for c = 0, C, 2C, ... (the state *before* step c+1).
     C = checkpoint_interval(T)

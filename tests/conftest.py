@@ -1,0 +1,117 @@
+"""Small shared helpers for the test suite (importable as ``import conftest`` from tests/).
+
+Kept generic on purpose: random problems, the implementations to parametrise over, and one
+comparison that measures an error element by element against a rounding scale.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from glaref._inputs import Dims, Problem
+
+# The implementations of the oracle. numba is skipped, with its reason shown, only while
+# glaref/_numba.py does not exist (it is being written alongside these tests).
+HAS_NUMBA_MODULE = importlib.util.find_spec("glaref._numba") is not None
+IMPLS = [
+    pytest.param("numpy", id="numpy"),
+    pytest.param("numba", id="numba", marks=pytest.mark.skipif(
+        not HAS_NUMBA_MODULE, reason="glaref/_numba.py does not exist yet: impl='numba' not testable")),
+]
+
+
+@pytest.fixture(params=IMPLS)
+def impl(request) -> str:
+    """Each oracle implementation in turn."""
+    return request.param
+
+
+def logsigmoid(x: np.ndarray) -> np.ndarray:
+    return -np.logaddexp(0.0, -x)
+
+
+def rand_problem(B: int, G: int, H: int, T: int, dk: int, dv: int, seed: int = 0, *,
+                 log_alpha: str | float | np.ndarray | Callable = "standard",
+                 h0_scale: float = 1.0) -> Problem:
+    """Random canonical float64 "bhtd" inputs and cotangents (do and dh_T always random).
+
+    log_alpha: "standard" (logsigmoid(N(0, 1))), a number (that constant everywhere), an array of
+    shape (B, H, T), or a callable ``f(rng, shape)``. q and k are N(0, 1/dk); v, do, dh_T N(0, 1);
+    h0 is ``h0_scale * N(0, 1)``.
+    """
+    rng = np.random.default_rng(seed)
+    s = 1.0 / np.sqrt(max(dk, 1))
+    q = s * rng.standard_normal((B, G, T, dk))
+    k = s * rng.standard_normal((B, G, T, dk))
+    v = rng.standard_normal((B, H, T, dv))
+    h0 = h0_scale * rng.standard_normal((B, H, dk, dv))
+    do = rng.standard_normal((B, H, T, dv))
+    dh_T = rng.standard_normal((B, H, dk, dv))
+    shape = (B, H, T)
+    if isinstance(log_alpha, str):
+        if log_alpha != "standard":
+            raise ValueError(f"log_alpha: got {log_alpha!r}, expected 'standard', a number, an array or a callable")
+        la = logsigmoid(rng.standard_normal(shape))
+    elif callable(log_alpha):
+        la = np.asarray(log_alpha(rng, shape), dtype=np.float64)
+    else:
+        la = np.broadcast_to(np.asarray(log_alpha, dtype=np.float64), shape).copy()
+    return Problem(q, k, v, la, h0, do, dh_T, Dims(B, G, H, T, dk, dv))
+
+
+def abs_problem(p: Problem) -> Problem:
+    """The problem on absolute values (decays unchanged): evaluating any implementation of the
+    recurrence on it gives, per element, the sum of |terms| -- the scale rounding errors live on."""
+    a = np.abs
+    return Problem(a(p.q), a(p.k), a(p.v), p.log_alpha, a(p.h0),
+                   None if p.do is None else a(p.do), None if p.dh_T is None else a(p.dh_T), p.dims)
+
+
+def rel_err(actual, desired) -> float:
+    """Normwise relative error ||actual - desired||_2 / ||desired||_2 (0 when both are 0)."""
+    actual, desired = np.asarray(actual, dtype=np.float64), np.asarray(desired, dtype=np.float64)
+    den = np.linalg.norm(desired.ravel())
+    num = np.linalg.norm((actual - desired).ravel())
+    if den == 0.0:
+        return 0.0 if num == 0.0 else float("inf")
+    return float(num / den)
+
+
+def scaled_err(actual, desired, scale) -> float:
+    """max_i |actual_i - desired_i| / scale_i: the error in units of each element's term scale.
+
+    Elements whose scale is exactly 0 must match exactly (they are sums of no terms)."""
+    actual, desired, scale = (np.asarray(x, dtype=np.float64) for x in (actual, desired, scale))
+    diff = np.abs(actual - desired)
+    if diff.size == 0:
+        return 0.0
+    if np.any((scale == 0) & (diff != 0)):
+        return float("inf")
+    ratio = np.where(scale == 0, 0.0, diff / np.where(scale == 0, 1.0, scale))
+    return float(ratio.max())
+
+
+def assert_scaled(actual, desired, scale, tol: float, what: str) -> float:
+    """Assert |actual - desired| <= tol * scale element by element; return the worst ratio.
+
+    ``desired`` is the truth (numpy.testing order). The message gives the worst element's index,
+    both values, its scale and the normwise relative error.
+    """
+    __tracebackhide__ = True
+    actual, desired, scale = (np.asarray(x, dtype=np.float64) for x in (actual, desired, scale))
+    if actual.shape != desired.shape:
+        raise AssertionError(f"{what}: shape {actual.shape} != expected {desired.shape}")
+    worst = scaled_err(actual, desired, scale)
+    if not worst <= tol:
+        diff = np.abs(actual - desired)
+        ratio = np.where(scale == 0, np.where(diff == 0, 0.0, np.inf), diff / np.where(scale == 0, 1.0, scale))
+        i = np.unravel_index(np.nanargmax(np.where(np.isnan(ratio), np.inf, ratio)), ratio.shape)
+        raise AssertionError(
+            f"{what}: max |err|/scale = {worst:.3e} > tol {tol:.3e} at index {tuple(int(j) for j in i)}: "
+            f"got {actual[i]!r}, expected {desired[i]!r}, scale {scale[i]!r}; "
+            f"normwise rel err {rel_err(actual, desired):.3e}")
+    return worst

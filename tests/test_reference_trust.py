@@ -1,0 +1,391 @@
+"""Trust in the oracle from outside it: four independent checks, all in float64.
+
+1. complex-step derivatives of the NumPy reference forward (run in complex128) along random
+   projections, against ``glaref.vjp`` for each of the five gradients;
+2. an independent mpmath implementation (>= 40 digits) of the *closed form* of the forward and
+   of every gradient, derived by hand, on tiny shapes and extreme decays;
+3. central finite differences along random projections;
+4. ``jax.vjp`` of a float64 ``lax.scan`` written here.
+
+Errors are measured in units of each quantity's term scale (the same quantity evaluated on
+absolute values, by the independent method itself wherever it can), so that cancellation in the
+true value never passes for an oracle error. The ``measure_*`` functions return the figures;
+the tests assert them against glaref/tolerances.py and tools can print them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import glaref
+from glaref import _reference
+from glaref._inputs import Problem
+from glaref.tolerances import U64, tol
+
+from conftest import IMPLS, abs_problem, assert_scaled, rand_problem, rel_err
+
+NAMES = ("q", "k", "v", "log_alpha", "h0")
+
+# Sizes of the trust checks. The tolerances' derivations assume T <= 16, dk, dv <= 8 and at most
+# 4096 summed elements (see glaref/tolerances.py); _check_trust_shape holds every case to that.
+PROJ_CASES = [
+    # id, (B, G, H, T, dk, dv), log_alpha, scale, h0_scale
+    ("g1h3", (2, 1, 3, 11, 4, 3), "standard", 0.7, 1.0),
+    ("g2h2", (1, 2, 2, 9, 3, 5), "standard", 1.3, 1.0),
+    ("g2h4_growth", (1, 2, 4, 16, 4, 4), lambda rng, s: 0.1 * rng.random(s), 0.45, 0.5),
+    ("g1h1_strong", (1, 1, 1, 7, 2, 3), lambda rng, s: -3.0 - 3.0 * rng.random(s), 2.0, 1.0),
+]
+
+
+def _check_trust_shape(p: Problem) -> None:
+    d = p.dims
+    assert d.T <= 16 and d.dk <= 8 and d.dv <= 8 and d.B * d.H * max(d.T, d.dk) * d.dv <= 4096, \
+        f"trust case {d} is outside the shapes the trust tolerances were derived for"
+
+
+def _problem(case, seed=0) -> tuple[Problem, float]:
+    _, dims, la, scale, h0_scale = case
+    p = rand_problem(*dims, seed=seed, log_alpha=la, h0_scale=h0_scale)
+    _check_trust_shape(p)
+    return p, scale
+
+
+def _directions(p: Problem, seed: int) -> dict[str, np.ndarray]:
+    """One random direction per input, scaled like that input (so steps are relative)."""
+    rng = np.random.default_rng(seed + 1000)
+    out = {}
+    for name in NAMES:
+        x = getattr(p, name)
+        rms = float(np.sqrt(np.mean(x * x))) if x.size else 1.0
+        out[name] = max(rms, 1e-3) * rng.standard_normal(x.shape)
+    return out
+
+
+def _loss_reference(p: Problem, scale: float, **override) -> complex | float:
+    """L = sum(o * do) + sum(h_T * dh_T) through the NumPy reference forward (any dtype)."""
+    a = {n: override.get(n, getattr(p, n)) for n in NAMES}
+    o, h_T = _reference.forward(a["q"], a["k"], a["v"], a["log_alpha"], a["h0"], scale)
+    return np.sum(o * p.do) + np.sum(h_T * p.dh_T)
+
+
+# --------------------------------------------------------------------------------------------
+# 1. complex step
+
+CS_STEP = 1e-30
+
+
+def complex_step_derivative(p: Problem, scale: float, name: str, u: np.ndarray) -> float:
+    """d/de L(x + e u) at e = 0 as Im L(x + i h u) / h: no subtraction, so no cancellation."""
+    x = getattr(p, name)
+    L = _loss_reference(p, scale, **{name: x + 1j * CS_STEP * u})
+    return float(np.imag(L) / CS_STEP)
+
+
+def measure_complex_step(case, impl: str, seed: int = 0) -> dict[str, dict[str, float]]:
+    p, scale = _problem(case, seed)
+    g = glaref.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, scale=scale, impl=impl)
+    pa = abs_problem(p)
+    out = {}
+    for name, u in _directions(p, seed).items():
+        exact = complex_step_derivative(p, scale, name, u)
+        got = float(np.sum(getattr(g, name) * u))
+        # The scale of <g, u>: the same derivative of the loss on absolute values along |u|
+        # (complex step again), i.e. the sum of |every term| of the projection.
+        term_scale = complex_step_derivative(pa, abs(scale), name, np.abs(u))
+        out[name] = {"scaled": abs(got - exact) / term_scale,
+                     "rel": abs(got - exact) / abs(exact), "exact": exact, "got": got}
+    return out
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("case", PROJ_CASES, ids=[c[0] for c in PROJ_CASES])
+def test_complex_step_projections(case, impl):
+    res = measure_complex_step(case, impl)
+    bad = {n: r for n, r in res.items() if not r["scaled"] <= tol("trust_complex_step")}
+    assert not bad, f"complex step disagrees with vjp ({impl}): {bad}"
+
+
+def test_complex_step_sees_a_wrong_gradient():
+    # The check has teeth: a gradient off by 1e-9 in one element is caught.
+    case = PROJ_CASES[0]
+    p, scale = _problem(case)
+    g = glaref.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, scale=scale, impl="numpy")
+    u = _directions(p, 0)["log_alpha"]
+    dla = g.log_alpha.copy()
+    dla[0, 0, 3] *= 1 + 1e-9
+    exact = complex_step_derivative(p, scale, "log_alpha", u)
+    term_scale = complex_step_derivative(abs_problem(p), abs(scale), "log_alpha", np.abs(u))
+    assert abs(np.sum(dla * u) - exact) / term_scale > tol("trust_complex_step")
+
+
+# --------------------------------------------------------------------------------------------
+# 2. mpmath: an independent closed form, derived by hand
+#
+# Per (b, h), with c_0 = 0 and c_t = log_alpha_1 + ... + log_alpha_t (1-based t):
+#   S_t = e^{c_t} h0 + sum_{s<=t} e^{c_t - c_s} k_s^T v_s
+#   o_t = scale (e^{c_t} q_t h0 + sum_{s<=t} e^{c_t - c_s} (q_t.k_s) v_s),   h_T = S_T
+# and for L = sum_t o_t.do_t + <h_T, dh_T>:
+#   dv_s = scale sum_{t>=s} e^{c_t-c_s} (q_t.k_s) do_t + e^{c_T-c_s} k_s dh_T
+#   dk_s = scale sum_{t>=s} e^{c_t-c_s} (v_s.do_t) q_t + e^{c_T-c_s} dh_T v_s      (per head)
+#   dq_t = scale (e^{c_t} h0 do_t + sum_{s<=t} e^{c_t-c_s} (v_s.do_t) k_s)           (per head)
+#   dh0  = scale sum_t e^{c_t} q_t^T do_t + e^{c_T} dh_T
+#   dlog_alpha_r: log_alpha_r sits in e^{c_t} for t >= r and in e^{c_t - c_s} for s < r <= t:
+#        = scale sum_{t>=r} [e^{c_t} q_t h0 do_t + sum_{s<r} e^{c_t-c_s} (q_t.k_s)(v_s.do_t)]
+#          + e^{c_T} <h0, dh_T> + sum_{s<r} e^{c_T-c_s} k_s dh_T v_s
+# dq and dk are then summed over the heads of each group (g = h // (H // G)).
+
+MP_DPS = 50
+
+
+def _mp_closed_form(p: Problem, scale: float, mp) -> dict[str, np.ndarray]:
+    """Exact (to ~MP_DPS digits) o, h_T and the five gradients as object arrays of mpf."""
+    B, G, H, T, dk, dv = (p.dims.B, p.dims.G, p.dims.H, p.dims.T, p.dims.dk, p.dims.dv)
+    F = mp.mpf
+    sc = F(scale)
+
+    def cv(x):
+        return np.vectorize(F, otypes=[object])(x) if x.size else np.empty(x.shape, object)
+
+    q, k, v, la, h0, do, dh = (cv(getattr(p, n)) for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T"))
+
+    def dot(a, b):
+        return mp.fsum(x * y for x, y in zip(a, b))
+
+    zeros = lambda *s: np.full(s, F(0), dtype=object)  # noqa: E731
+    o, hT, dq, dk_, dvv, dla, dh0 = (zeros(B, H, T, dv), zeros(B, H, dk, dv), zeros(B, G, T, dk),
+                                     zeros(B, G, T, dk), zeros(B, H, T, dv), zeros(B, H, T),
+                                     zeros(B, H, dk, dv))
+    n = H // G
+    for b in range(B):
+        for h in range(H):
+            g = h // n
+            Q, K, V, DO, H0, DH = q[b, g], k[b, g], v[b, h], do[b, h], h0[b, h], dh[b, h]
+            c = [F(0)]
+            for t in range(T):
+                c.append(c[-1] + la[b, h, t])
+            e = lambda t, s: mp.exp(c[t] - c[s])  # noqa: E731  (1-based t, s; s = 0 -> e^{c_t})
+            # 0-based index i stands for step i + 1 below
+            qk = [[dot(Q[i], K[j]) for j in range(T)] for i in range(T)]
+            vdo = [[dot(V[j], DO[i]) for j in range(T)] for i in range(T)]   # vdo[t][s] = v_s.do_t
+            qh0do = [dot(Q[i], [dot(H0[a], DO[i]) for a in range(dk)]) for i in range(T)]
+            kdhv = [dot(K[j], [dot(DH[a], V[j]) for a in range(dk)]) for j in range(T)]
+            h0dh = mp.fsum(H0[a, m] * DH[a, m] for a in range(dk) for m in range(dv))
+            for i in range(T):
+                for m in range(dv):
+                    o[b, h, i, m] = sc * (e(i + 1, 0) * dot(Q[i], H0[:, m])
+                                          + mp.fsum(e(i + 1, j + 1) * qk[i][j] * V[j, m] for j in range(i + 1)))
+            for a in range(dk):
+                for m in range(dv):
+                    hT[b, h, a, m] = e(T, 0) * H0[a, m] + mp.fsum(e(T, j + 1) * K[j, a] * V[j, m] for j in range(T))
+                    dh0[b, h, a, m] = (sc * mp.fsum(e(i + 1, 0) * Q[i, a] * DO[i, m] for i in range(T))
+                                       + e(T, 0) * DH[a, m])
+            for j in range(T):
+                for m in range(dv):
+                    dvv[b, h, j, m] = (sc * mp.fsum(e(i + 1, j + 1) * qk[i][j] * DO[i, m] for i in range(j, T))
+                                       + e(T, j + 1) * dot(K[j], DH[:, m]))
+                for a in range(dk):
+                    dk_[b, g, j, a] += (sc * mp.fsum(e(i + 1, j + 1) * vdo[i][j] * Q[i, a] for i in range(j, T))
+                                        + e(T, j + 1) * dot(DH[a], V[j]))
+            for i in range(T):
+                for a in range(dk):
+                    dq[b, g, i, a] += sc * (e(i + 1, 0) * dot(H0[a], DO[i])
+                                            + mp.fsum(e(i + 1, j + 1) * vdo[i][j] * K[j, a] for j in range(i + 1)))
+            for r in range(1, T + 1):
+                acc = [e(T, 0) * h0dh]
+                acc += [e(T, s) * kdhv[s - 1] for s in range(1, r)]
+                for t in range(r, T + 1):
+                    acc.append(sc * e(t, 0) * qh0do[t - 1])
+                    acc += [sc * e(t, s) * qk[t - 1][s - 1] * vdo[t - 1][s - 1] for s in range(1, r)]
+                dla[b, h, r - 1] = mp.fsum(acc)
+    return {"o": o, "h_T": hT, "q": dq, "k": dk_, "v": dvv, "log_alpha": dla, "h0": dh0}
+
+
+def _mp_scaled_err(actual: np.ndarray, exact: np.ndarray, scale: np.ndarray, mp) -> tuple[float, float]:
+    """(max |actual - exact| / scale, normwise relative error), differences taken in mpmath."""
+    if exact.size == 0:
+        return 0.0, 0.0
+    diff = np.array([abs(mp.mpf(float(a)) - x) for a, x in zip(actual.ravel(), exact.ravel())], dtype=object)
+    sc = scale.ravel()
+    ratios = [float(d / s) if s != 0 else (0.0 if d == 0 else math.inf) for d, s in zip(diff, sc)]
+    num = mp.sqrt(mp.fsum(d * d for d in diff))
+    den = mp.sqrt(mp.fsum(x * x for x in exact.ravel()))
+    return max(ratios), float(num / den) if den != 0 else (0.0 if num == 0 else math.inf)
+
+
+MP_REGIMES = {
+    "strong_decay": dict(log_alpha=-30.0),
+    "zero_gate": dict(log_alpha=0.0),
+    "positive": dict(log_alpha=lambda rng, s: 0.2 + 0.3 * rng.random(s)),
+    "h0_dominant": dict(log_alpha="standard", h0_scale=1e4),
+    "standard": dict(log_alpha="standard"),
+}
+MP_SHAPES = {  # (B, G, H, T, dk, dv)
+    "g1h2": (1, 1, 2, 8, 3, 2),
+    "g2h4": (1, 2, 4, 6, 2, 3),
+    "g2h2": (2, 2, 2, 5, 3, 3),
+}
+
+
+def measure_mpmath(regime: str, shape: str, impl: str, seed: int = 0) -> dict[str, tuple[float, float]]:
+    mp = pytest.importorskip("mpmath").mp
+    dims = MP_SHAPES[shape]
+    assert dims[3] <= 8 and dims[4] <= 3 and dims[5] <= 3
+    p = rand_problem(*dims, seed=seed, **MP_REGIMES[regime])
+    scale = 0.8
+    o, h_T = glaref.forward(p.q, p.k, p.v, p.log_alpha, p.h0, scale=scale, impl=impl)
+    g = glaref.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, scale=scale, impl=impl)
+    got = {"o": o, "h_T": h_T, **g._asdict()}
+    old = mp.dps
+    try:
+        mp.dps = MP_DPS
+        exact = _mp_closed_form(p, scale, mp)
+        # term scales: the same closed form on absolute values, also exact
+        term_scale = _mp_closed_form(abs_problem(p), abs(scale), mp)
+        return {n: _mp_scaled_err(got[n], exact[n], term_scale[n], mp) for n in got}
+    finally:
+        mp.dps = old
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("shape", list(MP_SHAPES))
+@pytest.mark.parametrize("regime", list(MP_REGIMES))
+def test_mpmath_closed_form(regime, shape, impl):
+    res = measure_mpmath(regime, shape, impl)
+    bad = {n: r for n, r in res.items() if not r[0] <= tol("trust_mpmath")}
+    assert not bad, f"oracle ({impl}) vs mpmath, {regime} {shape}: (scaled, normwise) = {bad}"
+
+
+def test_mpmath_restores_precision_and_closed_form_is_exact_on_a_hand_case():
+    # A 1-step, 1x1 case worked by hand: o = scale * q * (alpha * h0 + k * v).
+    mp = pytest.importorskip("mpmath").mp
+    old = mp.dps
+    z = np.zeros
+    p = Problem(np.full((1, 1, 1, 1), 2.0), np.full((1, 1, 1, 1), 3.0), np.full((1, 1, 1, 1), 5.0),
+                np.full((1, 1, 1), math.log(0.5)), np.full((1, 1, 1, 1), 7.0),
+                np.full((1, 1, 1, 1), 1.0), z((1, 1, 1, 1)), glaref._inputs.Dims(1, 1, 1, 1, 1, 1))
+    try:
+        mp.dps = MP_DPS
+        r = _mp_closed_form(p, 1.0, mp)
+        alpha = mp.exp(mp.mpf(math.log(0.5)))  # the decay of the float64 log(0.5), ~0.5
+        assert abs(r["o"][0, 0, 0, 0] - 2 * (alpha * 7 + 15)) < mp.mpf(10) ** -40
+        # dL/dlog_alpha = alpha * q * h0 * do = alpha * 2 * 7
+        assert abs(r["log_alpha"][0, 0, 0] - alpha * 14) < mp.mpf(10) ** -40
+    finally:
+        mp.dps = old
+    assert mp.dps == old
+
+
+# --------------------------------------------------------------------------------------------
+# 3. central finite differences
+#
+# Along a direction u scaled like the inputs, with the relative step eps = u64^(1/3), the central
+# difference (L(x + eps u) - L(x - eps u)) / (2 eps) differs from <g, u> by
+#   truncation  <= eps^2 / 6 * max |third derivative of L along u|,
+#   rounding    <= n u64 L_abs / eps,
+# L_abs being the loss on absolute values (each evaluation of L is within n u64 L_abs: entry
+# "trust_f64_evaluation"; one more u64 for rounding x +- eps u). L is a sum of terms
+# c * prod(x_i + e u_i) * exp(sum(la + e u_la)) whose Taylor coefficients in e are dominated by
+# those of the same terms on |x|, |u|; a series with nonnegative coefficients has
+# a_3 <= F(delta) / delta^3 for every delta > 0, so the third derivative over 6 is at most
+# min_delta L_abs(|x| + (eps + delta) |u|) / delta^3 over the whole interval [-eps, eps].
+# The test holds the measured gap to this bound, computed per case; both halves are
+# ~ u64^(2/3) ~ 2e-11 times the case's factors.
+
+FD_EPS = U64 ** (1.0 / 3.0)
+FD_DELTAS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 4.0)
+
+
+def _abs_loss(pa: Problem, scale: float, names, dirs, e: float) -> float:
+    return float(_loss_reference(pa, scale, **{n: getattr(pa, n) + e * np.abs(dirs[n]) for n in names}))
+
+
+def measure_finite_difference(case, impl: str, seed: int = 0) -> dict[str, dict[str, float]]:
+    p, scale = _problem(case, seed)
+    g = glaref.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, scale=scale, impl=impl)
+    dirs = _directions(p, seed)
+    pa = abs_problem(p)
+    out = {}
+    for label, names in [(n, (n,)) for n in NAMES] + [("joint", NAMES)]:
+        plus = {n: getattr(p, n) + FD_EPS * dirs[n] for n in names}
+        minus = {n: getattr(p, n) - FD_EPS * dirs[n] for n in names}
+        fd = float(_loss_reference(p, scale, **plus) - _loss_reference(p, scale, **minus)) / (2 * FD_EPS)
+        got = float(sum(np.sum(getattr(g, n) * dirs[n]) for n in names))
+        term_scale = sum(complex_step_derivative(pa, abs(scale), n, np.abs(dirs[n])) for n in names)
+        L_abs = _abs_loss(pa, abs(scale), names, dirs, FD_EPS)
+        a3 = min(_abs_loss(pa, abs(scale), names, dirs, FD_EPS + d) / d**3 for d in FD_DELTAS)
+        bound = (tol("trust_f64_evaluation") + U64) * L_abs / FD_EPS + FD_EPS**2 * a3
+        out[label] = {"of_bound": abs(got - fd) / bound, "scaled": abs(got - fd) / term_scale,
+                      "rel": abs(got - fd) / abs(got), "bound_scaled": bound / term_scale}
+    return out
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("case", PROJ_CASES, ids=[c[0] for c in PROJ_CASES])
+def test_finite_difference_projections(case, impl):
+    res = measure_finite_difference(case, impl)
+    bad = {n: r for n, r in res.items() if not r["of_bound"] <= 1.0}
+    assert not bad, f"central differences disagree with vjp ({impl}) beyond their error bound: {bad}"
+
+
+# --------------------------------------------------------------------------------------------
+# 4. jax.vjp of a float64 lax.scan written here
+
+@pytest.fixture
+def jax_x64():
+    jax = pytest.importorskip("jax")
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield jax
+    finally:
+        jax.config.update("jax_enable_x64", old)
+
+
+def _jax_scan(jax, q, k, v, log_alpha, h0, scale):
+    """The recurrence as a plain lax.scan over time, one (B, H) batch of states."""
+    jnp = jax.numpy
+    H, G = v.shape[1], q.shape[1]
+    qh, kh = jnp.repeat(q, H // G, axis=1), jnp.repeat(k, H // G, axis=1)
+
+    def step(S, xs):
+        q_t, k_t, v_t, la_t = xs
+        S = jnp.exp(la_t)[:, :, None, None] * S + k_t[:, :, :, None] * v_t[:, :, None, :]
+        return S, scale * jnp.einsum("bhk,bhkv->bhv", q_t, S)
+
+    xs = (jnp.moveaxis(qh, 2, 0), jnp.moveaxis(kh, 2, 0), jnp.moveaxis(v, 2, 0), jnp.moveaxis(log_alpha, 2, 0))
+    h_T, o = jax.lax.scan(step, h0, xs)
+    return jnp.moveaxis(o, 0, 2), h_T
+
+
+def _jax_all(jax, p: Problem, scale: float) -> dict[str, np.ndarray]:
+    jnp = jax.numpy
+    args = [jnp.asarray(getattr(p, n), dtype=jnp.float64) for n in NAMES]
+    (o, h_T), pullback = jax.vjp(lambda *a: _jax_scan(jax, *a, scale), *args)
+    grads = pullback((jnp.asarray(p.do), jnp.asarray(p.dh_T)))
+    return {"o": np.asarray(o), "h_T": np.asarray(h_T), **{n: np.asarray(x) for n, x in zip(NAMES, grads)}}
+
+
+JAX_CASES = PROJ_CASES + [("g2h4_T16_d8", (1, 2, 4, 16, 8, 8), "standard", 0.35, 1.0)]
+
+
+def measure_jax_scan(jax, case, impl: str, seed: int = 0) -> dict[str, tuple[float, float]]:
+    p, scale = _problem(case, seed)
+    ref = _jax_all(jax, p, scale)
+    assert all(x.dtype == np.float64 for x in ref.values())
+    term_scale = _jax_all(jax, abs_problem(p), abs(scale))
+    o, h_T = glaref.forward(p.q, p.k, p.v, p.log_alpha, p.h0, scale=scale, impl=impl)
+    g = glaref.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, scale=scale, impl=impl)
+    got = {"o": o, "h_T": h_T, **g._asdict()}
+    return {n: (assert_scaled(got[n], ref[n], term_scale[n], math.inf, n), rel_err(got[n], ref[n])) for n in got}
+
+
+@pytest.mark.jax
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("case", JAX_CASES, ids=[c[0] for c in JAX_CASES])
+def test_jax_scan_vjp(jax_x64, case, impl):
+    res = measure_jax_scan(jax_x64, case, impl)
+    bad = {n: r for n, r in res.items() if not r[0] <= tol("trust_jax_scan_f64")}
+    assert not bad, f"oracle ({impl}) vs jax.vjp(lax.scan) f64: (scaled, normwise) = {bad}"
