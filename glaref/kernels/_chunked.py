@@ -1,0 +1,237 @@
+"""The chunked kernel: chunk-parallel forward, residual-free hand-written backward.
+
+The sequence is cut into chunks of C steps (the last one zero-padded: log_alpha = 0 and
+q = k = v = 0 change neither o nor h_T nor any gradient). Within chunk n, with b_i the inclusive
+cumulative sum of log_alpha over the chunk's steps 0..i and S_n the state before the chunk:
+
+    o_i     = scale * ( sum_{j <= i} (q_i . k_j) exp(b_i - b_j) v_j  +  exp(b_i) q_i S_n )
+    S_{n+1} = exp(b_{C-1}) S_n + sum_j exp(b_{C-1} - b_j) k_j^T v_j
+
+Every exponent is a difference b_i - b_j with j <= i inside one chunk (b_{-1} = 0), never a
+product exp(b_i) * exp(-b_j), so strong decay (log_alpha ~ -30 per step) underflows to 0 instead
+of overflowing. Entries above the diagonal are masked *before* the exp (their exponent is set
+to 0, then the result to 0), so no masked inf ever appears, in the forward or the backward.
+
+Backward (a ``jax.custom_vjp``): nothing is saved from the forward but the inputs themselves. The
+backward recomputes the chunk states S_0..S_N in one forward sweep over chunks, then runs a
+reverse sweep with dS_n = dL/dS_n (dS_N = dh_T):
+
+    dS_n  = exp(b_{C-1}) dS_{n+1} + scale * sum_i exp(b_i) q_i^T do_i          (dh0 = dS_0)
+    dA_ij = scale * (do_i . v_j) exp(b_i - b_j)                       (j <= i, else 0)
+    dq_i  = sum_j dA_ij k_j + scale * exp(b_i) do_i S_n^T
+    dk_j  = sum_i dA_ij q_i + exp(b_{C-1} - b_j) v_j dS_{n+1}^T
+    dv_j  = scale * sum_{i >= j} (q_i . k_j) exp(b_i - b_j) do_i + exp(b_{C-1} - b_j) k_j dS_{n+1}
+
+dq and dk are summed over the heads of a group. dlog_alpha uses the per-head identity
+dlog_alpha_t = sum_{s >= t} (q_s . dq_s - k_s . dk_s) + <h_T, dh_T> (dq_s, dk_s per head),
+applied chunk by chunk: the part of the sum beyond chunk n plus <h_T, dh_T> equals
+<S_{n+1}, dS_{n+1}> exactly, so
+
+    dlog_alpha_t = sum_{s >= t, s in chunk n} (q_s . dq_s - k_s . dk_s) + <S_{n+1}, dS_{n+1}>
+
+which sums at most C terms instead of T (a float32 reverse cumsum over the whole sequence would
+accumulate rounding over T steps).
+
+Memory: the backward keeps the N + 1 chunk states (B*H*(T/C + 1)*dk*dv numbers) between its two
+sweeps; nothing is kept between the forward and the backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from . import _common as c
+
+
+@dataclass(frozen=True)
+class _Config:
+    chunk_size: int
+    layout: str
+    precision: object
+    scale: float
+    G: int
+
+
+def _split_chunks(q, k, v, log_alpha, C: int):
+    """Grouped arrays -> chunk-major: q, k (N, B, G, C, dk); v (N, B, G, R, C, dv); gate (N, B, G, R, C)."""
+    B, G, T, dk = q.shape
+    R, dv = v.shape[2], v.shape[4]
+    N = -(-T // C)
+    Tp = N * C
+    q = c.pad_time(q, 2, Tp).reshape(B, G, N, C, dk)
+    k = c.pad_time(k, 2, Tp).reshape(B, G, N, C, dk)
+    v = c.pad_time(v, 3, Tp).reshape(B, G, R, N, C, dv)
+    la = c.pad_time(log_alpha, 3, Tp).reshape(B, G, R, N, C)
+    return (jnp.moveaxis(q, 2, 0), jnp.moveaxis(k, 2, 0), jnp.moveaxis(v, 3, 0),
+            jnp.moveaxis(la, 3, 0))
+
+
+def _join_chunks_v(x, T: int):
+    """(N, B, G, R, C, d) -> (B, G, R, T, d), dropping the padding."""
+    N, B, G, R, C, d = x.shape
+    return jnp.moveaxis(x, 0, 3).reshape(B, G, R, N * C, d)[:, :, :, :T]
+
+
+def _join_chunks_qk(x, T: int):
+    """(N, B, G, C, d) -> (B, G, T, d)."""
+    N, B, G, C, d = x.shape
+    return jnp.moveaxis(x, 0, 2).reshape(B, G, N * C, d)[:, :, :T]
+
+
+def _join_chunks_gate(x, T: int):
+    """(N, B, G, R, C) -> (B, G, R, T)."""
+    N, B, G, R, C = x.shape
+    return jnp.moveaxis(x, 0, 3).reshape(B, G, R, N * C)[..., :T]
+
+
+def _decays(la):
+    """From one chunk's log gates (B, G, R, C): exp(b_i), exp(b_last - b_j), exp(b_last), and the
+    masked intra-chunk decay matrix D_ij = exp(b_i - b_j) for j <= i, else 0.
+
+    b_i - b_j is summed directly as sum_{j < s <= i} log_alpha_s (a cumulative sum down the
+    columns of a masked C x C matrix), not as the difference of two cumulative sums: with strong
+    decay b_i and b_j are large and close, and their difference would carry the rounding error of
+    the large values (u * |b_i|) into every near-diagonal decay."""
+    C = la.shape[-1]
+    b = jnp.cumsum(la, axis=-1)
+    i = jnp.arange(C)
+    below = i[:, None] > i[None, :]                  # s > j: the steps summed into column j
+    mask = i[:, None] >= i[None, :]                  # j <= i
+    seg = jnp.cumsum(jnp.where(below, la[..., :, None], 0.0), axis=-2)   # seg[i, j] = b_i - b_j
+    # mask the exponent before exp: entries above the diagonal must never reach exp.
+    D = jnp.where(mask, jnp.exp(jnp.where(mask, seg, 0.0)), 0.0)
+    return jnp.exp(b), D[..., C - 1, :], jnp.exp(b[..., -1]), D
+
+
+def _forward_sweep(cfg: _Config, Q, K, V, LA, S0, *, outputs: bool):
+    """One sweep over chunks. outputs=True: (o chunks, h_T). False: (states S_0..S_{N-1}, h_T)."""
+    prec = cfg.precision
+    ein = partial(jnp.einsum, precision=prec)
+
+    def body(S, xs):
+        q, k, v, la = xs
+        eb, eb_rest, eb_last, D = _decays(la)
+        # state after the chunk: k is shared by the group's heads, so fold the decay into v
+        S_next = (eb_last[..., None, None] * S
+                  + ein("bgck,bgrcv->bgrkv", k, eb_rest[..., None] * v))
+        if not outputs:
+            return S_next, S
+        qk = ein("bgik,bgjk->bgij", q, k)
+        o = (eb[..., None] * ein("bgck,bgrkv->bgrcv", q, S)
+             + ein("bgrij,bgrjv->bgriv", qk[:, :, None] * D, v))
+        return S_next, o * cfg.scale
+
+    return lax.scan(body, S0, (Q, K, V, LA))
+
+
+def _prepare(cfg: _Config, q, k, v, log_alpha, h0):
+    cdt, odt = c.dtypes(q, k, v, log_alpha, h0)
+    qg, kg, vg, lag, h0g = c.to_grouped(q, k, v, log_alpha, h0, cfg.G, cfg.layout, cdt)
+    T = qg.shape[2]
+    Q, K, V, LA = _split_chunks(qg, kg, vg, lag, cfg.chunk_size)
+    return Q, K, V, LA, h0g, T, cdt, odt
+
+
+def _chunked_fwd_impl(cfg: _Config, q, k, v, log_alpha, h0):
+    Q, K, V, LA, S0, T, cdt, odt = _prepare(cfg, q, k, v, log_alpha, h0)
+    h_T, O = _forward_sweep(cfg, Q, K, V, LA, S0, outputs=True)
+    o = c.v_like_from_grouped(_join_chunks_v(O, T), cfg.layout).astype(odt)
+    return o, c.state_from_grouped(h_T)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _chunked_core(cfg: _Config, q, k, v, log_alpha, h0):
+    return _chunked_fwd_impl(cfg, q, k, v, log_alpha, h0)
+
+
+def _core_fwd(cfg: _Config, q, k, v, log_alpha, h0):
+    # The residuals are the inputs themselves: nothing computed is kept for the backward.
+    return _chunked_fwd_impl(cfg, q, k, v, log_alpha, h0), (q, k, v, log_alpha, h0)
+
+
+def _core_bwd(cfg: _Config, res, cts):
+    q, k, v, log_alpha, h0 = res
+    do, dh_T = cts
+    Q, K, V, LA, S0, T, cdt, _ = _prepare(cfg, q, k, v, log_alpha, h0)
+    G = cfg.G
+    B, _, R, dk, dv = S0.shape
+    prec = cfg.precision
+    ein = partial(jnp.einsum, precision=prec)
+    scale = cfg.scale
+
+    # Sweep 1: recompute the chunk states from the inputs.
+    h_T, states = _forward_sweep(cfg, Q, K, V, LA, S0, outputs=False)
+
+    # Sweep 2: reverse over chunks, carrying dS_{n+1} and S_{n+1}.
+    dog = c.v_like_to_grouped(do, G, cfg.layout, cdt)
+    C = cfg.chunk_size
+    N = Q.shape[0]
+    DO = jnp.moveaxis(c.pad_time(dog, 3, N * C).reshape(B, G, R, N, C, dv), 3, 0)
+    dS_T = dh_T.astype(cdt).reshape(B, G, R, dk, dv)
+
+    def body(carry, xs):
+        dS_next, S_next = carry
+        q, k, v, la, do, S = xs
+        eb, eb_rest, eb_last, D = _decays(la)
+        dos = do * scale
+        qk = ein("bgik,bgjk->bgij", q, k)                         # shared by the R heads
+        dA = ein("bgric,bgrjc->bgrij", dos, v) * D                # dL/d(q_i . k_j), per head
+        M = dA * qk[:, :, None]
+        dA_group = dA.sum(axis=2)
+        # inter-chunk parts, per head
+        dq_inter = eb[..., None] * ein("bgriv,bgrkv->bgrik", dos, S)
+        dk_inter = eb_rest[..., None] * ein("bgrjv,bgrkv->bgrjk", v, dS_next)
+        dq = ein("bgij,bgjk->bgik", dA_group, k) + dq_inter.sum(axis=2)
+        dk = ein("bgij,bgik->bgjk", dA_group, q) + dk_inter.sum(axis=2)
+        dv_ = (ein("bgrij,bgric->bgrjc", qk[:, :, None] * D, dos)
+               + eb_rest[..., None] * ein("bgjk,bgrkv->bgrjv", k, dS_next))
+        # per-head q_s . dq_s - k_s . dk_s; intra parts from M = dA * (q_i . k_j)
+        w = (M.sum(axis=-1) - M.sum(axis=-2)
+             + jnp.sum(q[:, :, None] * dq_inter, axis=-1)
+             - jnp.sum(k[:, :, None] * dk_inter, axis=-1))
+        tail = jnp.sum(S_next * dS_next, axis=(-2, -1))          # <S_{n+1}, dS_{n+1}>
+        dla = jnp.flip(jnp.cumsum(jnp.flip(w, -1), axis=-1), -1) + tail[..., None]
+        dS = eb_last[..., None, None] * dS_next + ein("bgik,bgric->bgrkc", q, eb[..., None] * dos)
+        return (dS, S), (dq, dk, dv_, dla)
+
+    (dS0, _), (dQ, dK, dV, dLA) = lax.scan(body, (dS_T, h_T), (Q, K, V, LA, DO, states),
+                                           reverse=True)
+
+    lay = cfg.layout
+    dq = c.qk_from_canonical(_join_chunks_qk(dQ, T), lay).astype(q.dtype)
+    dk = c.qk_from_canonical(_join_chunks_qk(dK, T), lay).astype(k.dtype)
+    dv_ = c.v_like_from_grouped(_join_chunks_v(dV, T), lay).astype(v.dtype)
+    dla = c.gate_from_grouped(_join_chunks_gate(dLA, T), lay).astype(log_alpha.dtype)
+    dh0 = None if h0 is None else c.state_from_grouped(dS0).astype(h0.dtype)
+    return dq, dk, dv_, dla, dh0
+
+
+_chunked_core.defvjp(_core_fwd, _core_bwd)
+
+
+def chunked(q, k, v, log_alpha, h0=None, *, chunk_size: int = 64, layout: str = "bhtd",
+            precision=None, scale: float = 1.0, return_final_state: bool = False):
+    """Scalar-gated linear attention, chunked, with a residual-free custom backward.
+
+    Same shapes and semantics as ``glaref.forward`` (module docstring of ``glaref.kernels``):
+    q, k (B, G, T, dk); v (B, H, T, dv); log_alpha (B, H, T); h0 (B, H, dk, dv) or None (zeros),
+    in layout "bhtd" (or the "bthd" equivalents). Returns o, shaped like v, in the promotion of
+    q, k and v's dtypes; with ``return_final_state=True`` returns ``(o, h_T)`` with h_T
+    (B, H, dk, dv) in the compute dtype (float32, or float64 for float64 inputs under x64).
+
+    ``chunk_size`` C: steps per chunk (any T works; the tail is zero-padded internally).
+    ``precision``: passed to every matmul (None = JAX's default, which on NVIDIA GPUs runs
+    float32 matmuls as TF32; use "highest" for true float32 there).
+    """
+    layout = c.check_layout(layout)
+    B, G, H, T, dk, dv = c.check_inputs(q, k, v, log_alpha, h0, layout)
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size: got {chunk_size!r}, expected a positive int")
+    cfg = _Config(int(chunk_size), layout, c.check_precision(precision), c.check_scale(scale), G)
+    o, h_T = _chunked_core(cfg, q, k, v, log_alpha, h0)
+    return (o, h_T) if return_final_state else o
