@@ -124,7 +124,7 @@ def _check_shape(a: np.ndarray, name: str, expected: tuple[int, ...], spelled: s
 def _check_finite(a: np.ndarray, name: str) -> None:
     if a.size and not np.isfinite(a).all():
         bad = np.argwhere(~np.isfinite(a))[0]
-        raise NonFiniteError(f"{name}: got a non-finite value {a[tuple(bad)]!r} at index {tuple(int(i) for i in bad)}, "
+        raise NonFiniteError(f"{name}: got a non-finite value {float(a[tuple(bad)])!r} at index {tuple(int(i) for i in bad)}, "
                              "expected finite values (pass allow_nonfinite=True to accept)")
 
 
