@@ -185,6 +185,7 @@ def test_torch_cpu_tensors_are_accepted(p):
 # ---------------------------------------------------------------------------------------------
 # non-finite values
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("name,index", [("q", (1, 0, 3, 2)), ("v", (0, 3, 1, 1)), ("log_alpha", (1, 2, 4)),
                                         ("h0", (0, 1, 2, 0)), ("do", (1, 1, 0, 1)), ("dh_T", (1, 3, 0, 1))])

@@ -1,0 +1,36 @@
+"""``glaref.audit``: per-output, per-gradient accuracy and cost of JAX kernels vs the float64 oracle.
+
+    import glaref
+    records = glaref.audit(impls="chunked,scan", configs="g1h1_d128", seqs=[512], json_path="r.json")
+
+Each record has the seed report's fields (impl, mode, config, batch, groups, heads, seq, dk, dv,
+compile_s, inner, median_ms, q1_ms, q3_ms, xla_temp_mb, xla_arg_mb, xla_out_mb, residual_mb,
+rel_err, rel_err_grads) plus ``RECORD_ADDITIONS``; ``rel_err`` is the worst normwise relative error
+over the outputs measured in the row (o and, when the kernel returns it, h_T; every gradient too
+in mode fwd_bwd), ``rel_err_out`` the forward outputs' own. The CLI (``glaref audit``) is a thin
+face over :func:`audit`.
+
+This subpackage is itself callable (``glaref.audit(...)`` is :func:`audit`), so the name works
+the same whether Python resolved ``glaref.audit`` to the function or to this module.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from ._engine import audit
+from ._errors import AuditEnvironmentError, AuditUsageError
+from ._presets import CONFIGS, PRESETS, SEED_CONFIGS
+from ._report import RECORD_ADDITIONS, summary
+
+__all__ = ["AuditEnvironmentError", "AuditUsageError", "CONFIGS", "PRESETS", "RECORD_ADDITIONS",
+           "SEED_CONFIGS", "audit", "summary"]
+
+
+class _CallableModule(types.ModuleType):
+    def __call__(self, *args, **kwargs):
+        return audit(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

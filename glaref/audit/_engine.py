@@ -1,0 +1,474 @@
+"""The audit engine: regime -> inputs -> oracle + kernel -> metrics + verdicts -> records.
+
+For every regime, config, sequence length (and the sizes the regime derives from them) the
+float64 inputs are generated once, rounded once to the audited dtype (so the oracle sees exactly
+what the kernel sees and only the kernel's arithmetic is measured), and the oracle runs once:
+forward, vjp and the error-budget scales, each timed on its own and never counted as the kernel's.
+Then for every mode and kernel one row is measured (``_run_row``) and appended to the records, to
+the JSON file (rewritten atomically after every row) and to the caller's callback.
+
+A kernel that raises is recorded as "skipped" with the reason and the audit goes on; a kernel
+whose outputs are non-finite or exceed the tolerance is recorded as failed (``ok`` false).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from .. import _metrics
+from .._inputs import Dims, Problem, check_layout, from_canonical, to_canonical
+from ._errors import AuditUsageError
+from ._presets import MODES, PRESETS, check_config, parse_config
+from ._subjects import Subject, resolve
+from . import _device, _report, _timing
+
+# where each output lives in a layout: the _inputs "kind" of every kernel output and gradient
+_KINDS = {"o": "v", "h_T": "state", "q": "qk", "k": "qk", "v": "v", "log_alpha": "gate", "h0": "state"}
+
+
+def _default_oracle() -> str:
+    try:
+        import numba  # noqa: F401
+
+        from .. import _numba  # noqa: F401
+    except ImportError:
+        return "numpy"
+    return "numba"
+
+
+# ---------------------------------------------------------------- argument checking (usage errors)
+
+def _split(x) -> list:
+    if x is None:
+        return []
+    if isinstance(x, str):
+        return [p.strip() for p in x.split(",") if p.strip()]
+    if callable(x):
+        return [x]
+    return list(x)
+
+
+def _configs(configs, preset_configs) -> dict[str, tuple[int, ...]]:
+    if configs is None:
+        return dict(preset_configs)
+    if isinstance(configs, str):
+        return parse_config(configs)
+    if isinstance(configs, dict):
+        return {str(k): check_config(str(k), v) for k, v in configs.items()}
+    out: dict[str, tuple[int, ...]] = {}
+    for c in configs:
+        out.update(parse_config(c) if isinstance(c, str) else parse_config(",".join(map(str, c))))
+    return out
+
+
+def _seqs(seqs, preset_seqs) -> list[int]:
+    if seqs is None:
+        return list(preset_seqs)
+    vals = _split(seqs) if isinstance(seqs, str) else list(seqs) if not isinstance(seqs, int) else [seqs]
+    out = []
+    for s in vals:
+        try:
+            t = int(s)
+        except (TypeError, ValueError):
+            raise AuditUsageError(f"seq: got {s!r}, expected a positive integer") from None
+        if t < 1:
+            raise AuditUsageError(f"seq: got {t}, expected a positive integer")
+        out.append(t)
+    if not out:
+        raise AuditUsageError("seq: got no sequence length")
+    return out
+
+
+def _choices(name: str, values, allowed: Iterable[str]) -> list[str]:
+    allowed = tuple(allowed)
+    vals = _split(values)
+    for v in vals:
+        if v not in allowed:
+            raise AuditUsageError(f"{name}: got {v!r}, expected one of {allowed}")
+    if not vals:
+        raise AuditUsageError(f"{name}: got nothing, expected one of {allowed}")
+    return vals
+
+
+# ---------------------------------------------------------------- the oracle's side of a problem
+
+class _Truth:
+    """Oracle results for one problem, computed on first use and timed separately."""
+
+    def __init__(self, problem: Problem, scale: float, impl: str):
+        from .._oracle import _backend
+
+        self.p, self.scale, self.impl = problem, scale, impl
+        self.be = _backend(impl)
+        self._fwd = None
+        self._grads: dict[bool, tuple] = {}
+        self._scales: dict[tuple[bool, bool], dict] = {}
+        self.ms: dict[str, float] = {}
+
+    def forward(self):
+        if self._fwd is None:
+            t0 = time.perf_counter()
+            p = self.p
+            self._fwd = self.be.forward(p.q, p.k, p.v, p.log_alpha, p.h0, self.scale)
+            self.ms["forward"] = (time.perf_counter() - t0) * 1e3
+        return self._fwd
+
+    def grads(self, with_dh_T: bool):
+        if with_dh_T not in self._grads:
+            t0 = time.perf_counter()
+            p = self.p
+            self._grads[with_dh_T] = self.be.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do,
+                                                 p.dh_T if with_dh_T else None, self.scale)
+            self.ms["vjp_dh_T" if with_dh_T else "vjp"] = (time.perf_counter() - t0) * 1e3
+        return self._grads[with_dh_T]
+
+    def scales(self, with_dh_T: bool, with_grads: bool) -> dict[str, np.ndarray]:
+        key = (with_dh_T, with_grads)
+        if key not in self._scales:
+            from .._budget import problem_scales
+            t0 = time.perf_counter()
+            p = self.p._replace(dh_T=self.p.dh_T if with_dh_T else None,
+                                do=self.p.do if with_grads else None)
+            self._scales[key] = problem_scales(p, self.scale, self.impl)
+            self.ms["scales_vjp" if with_grads else "scales"] = (time.perf_counter() - t0) * 1e3
+        return self._scales[key]
+
+    def reference(self, name: str, with_dh_T: bool) -> np.ndarray:
+        if name in _metrics.OUTPUTS:
+            return self.forward()[_metrics.OUTPUTS.index(name)]
+        return self.grads(with_dh_T)[_metrics.GRADS.index(name)]
+
+
+def _round_problem(p: Problem, np_dtype) -> Problem:
+    """Round every array to the audited dtype and back to float64 (exact), so that the oracle and
+    the kernel see the same numbers."""
+    def r(x):
+        return None if x is None else np.asarray(x).astype(np_dtype).astype(np.float64)
+    return Problem(r(p.q), r(p.k), r(p.v), r(p.log_alpha), r(p.h0), r(p.do), r(p.dh_T), p.dims)
+
+
+def _warm_oracle(impl: str) -> None:
+    """Compile the Numba oracle (if cached, load it) outside every timing."""
+    from .._oracle import _backend
+    be = _backend(impl)
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 1, 3, 2))
+    v = rng.standard_normal((1, 1, 3, 2))
+    la = -np.ones((1, 1, 3))
+    h0 = np.zeros((1, 1, 2, 2))
+    be.forward(q, q, v, la, h0, 1.0)
+    be.vjp(q, q, v, la, h0, v, h0, 1.0)
+
+
+# ---------------------------------------------------------------- one row
+
+def _shape_in(layout: str, kind: str, canonical: tuple[int, ...]) -> tuple[int, ...]:
+    if layout == "bhtd" or kind == "state":
+        return canonical
+    s = list(canonical)
+    s[1], s[2] = s[2], s[1]
+    return tuple(s)
+
+
+def _kernel_structure(out, dims: Dims, layout: str) -> tuple[bool, str | None]:
+    """(returns a final state?, problem with the output or None) from jax.eval_shape's result."""
+    o_shape = _shape_in(layout, "v", (dims.B, dims.H, dims.T, dims.dv))
+    hT_shape = (dims.B, dims.H, dims.dk, dims.dv)
+    if isinstance(out, (tuple, list)):
+        if len(out) != 2:
+            return False, f"kernel returned {len(out)} values, expected o or (o, h_T)"
+        o, h_T = out
+        final = True
+    else:
+        o, h_T, final = out, None, False
+    if not hasattr(o, "shape") or tuple(o.shape) != o_shape:
+        return final, f"o: got shape {getattr(o, 'shape', type(o).__name__)}, expected {o_shape} ({layout})"
+    if final and (not hasattr(h_T, "shape") or tuple(h_T.shape) != hT_shape):
+        return final, f"h_T: got shape {getattr(h_T, 'shape', type(h_T).__name__)}, expected {hT_shape}"
+    return final, None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+
+
+def _to64(x) -> np.ndarray:
+    return np.asarray(x).astype(np.float64)
+
+
+def _worst(values: Iterable[float]) -> float:
+    vals = list(values)
+    if any(v is None or math.isnan(v) for v in vals):
+        return math.nan
+    return max(vals) if vals else math.nan
+
+
+class _Run:
+    """Everything fixed for one audit call, and the per-row measurement."""
+
+    def __init__(self, *, device, dtype: str, precision: str, layout: str, scale: float,
+                 repeats: int, seed: int, oracle_impl: str, memory_guard: bool):
+        import jax
+        import jax.numpy as jnp
+
+        self.jax, self.jnp = jax, jnp
+        self.device = device
+        self.dtype, self.np_dtype = dtype, jnp.dtype(dtype)
+        self.precision, self.layout, self.scale = precision, layout, scale
+        self.repeats, self.seed, self.oracle_impl = repeats, seed, oracle_impl
+        self.memory_guard = memory_guard
+        self.cdtype = _metrics.compute_dtype(dtype, precision, device.platform)
+        from ..tolerances import UNIT_ROUNDOFF
+        self.u = UNIT_ROUNDOFF[self.cdtype]
+
+    def precision_ctx(self):
+        if self.precision == "default":
+            return contextlib.nullcontext()
+        return self.jax.default_matmul_precision(self.precision)
+
+    def device_arrays(self, p: Problem) -> dict[str, Any]:
+        """The problem in the kernel's layout and dtype, on the device (cotangents included)."""
+        out = {}
+        for name in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T"):
+            kind = {"do": "v", "dh_T": "state"}.get(name, _KINDS.get(name))
+            x = from_canonical(getattr(p, name), kind, self.layout)
+            out[name] = self.jax.device_put(np.asarray(x, dtype=self.np_dtype), self.device)
+        return out
+
+    def base(self, subject: Subject, mode: str, cname: str, dims: Dims, regime: str) -> dict[str, Any]:
+        return {"impl": subject.name, "mode": mode, "config": cname, "batch": dims.B,
+                "groups": dims.G, "heads": dims.H, "seq": dims.T, "dk": dims.dk, "dv": dims.dv}
+
+    def params(self, regime: str, final: bool | None) -> dict[str, Any]:
+        return {"dtype": self.dtype, "compute_dtype": self.cdtype, "precision": self.precision,
+                "layout": self.layout, "regime": regime, "seed": self.seed, "scale": self.scale,
+                "final_state": final}
+
+    def row(self, subject: Subject, mode: str, cname: str, dims: Dims, regime: str,
+            truth: _Truth, arr: dict[str, Any]) -> dict[str, Any]:
+        jax = self.jax
+        rec = self.base(subject, mode, cname, dims, regime)
+        inputs = (arr["q"], arr["k"], arr["v"], arr["log_alpha"], arr["h0"])
+        final: bool | None = None
+        measured: dict[str, Any] = {}
+        try:
+            with self.precision_ctx():
+                shape = jax.eval_shape(subject.fn, *inputs)
+            final, problem = _kernel_structure(shape, dims, self.layout)
+            if problem is not None:
+                rec.update({"skipped": problem, **self.params(regime, final), "ok": False,
+                            "failures": [problem]})
+                return rec
+            outs = shape if final else (shape,)
+            if mode == "fwd":
+                f, args = subject.fn, inputs
+            else:
+                # cotangents in the dtype of the outputs they pair with (exact when that dtype is
+                # at least as wide as the audited one, as it is for every sane kernel)
+                cts = [arr["do"].astype(outs[0].dtype)]
+                if final:
+                    cts.append(arr["dh_T"].astype(outs[1].dtype))
+                f, args = _fwd_bwd(subject.fn, final), inputs + tuple(cts)
+            with self.precision_ctx():
+                compiled, compile_s = _timing.compile_fn(f, args)
+            measured["compile_s"] = compile_s
+            mem = _timing.memory(compiled)
+            measured.update(mem)
+            guard = self.check_memory(mem)
+            if guard:
+                rec.update({"skipped": guard, **measured, **self.params(regime, final), "ok": None})
+                return rec
+            first, timing = _timing.time_calls(compiled, args, self.repeats)
+            del compiled
+            measured.update(timing)
+            if mode == "fwd_bwd":
+                with self.precision_ctx():
+                    measured["residual_mb"] = _timing.residual_bytes(subject.fn, inputs) / _timing.MIB
+        except Exception as exc:  # a kernel that raises is skipped; the audit goes on
+            rec.update({"skipped": _reason(exc), **measured, **self.params(regime, final), "ok": None})
+            return rec
+
+        # ---- errors against the oracle
+        if mode == "fwd":
+            raw = {"o": first[0] if final else first}
+            if final:
+                raw["h_T"] = first[1]
+        else:
+            out, grads = first
+            raw = {"o": out[0] if final else out}
+            if final:
+                raw["h_T"] = out[1]
+            raw.update(zip(_metrics.GRADS, grads))
+        scales = truth.scales(bool(final), mode == "fwd_bwd")
+        per: dict[str, dict[str, Any]] = {}
+        direct: dict[str, Any] = {}
+        failures: list[str] = []
+        for name, x in raw.items():
+            x_np = np.asarray(x)
+            count, first_bad = _metrics.nonfinite(x_np.astype(np.float64))
+            x64 = to_canonical(_to64(x_np), _KINDS[name], self.layout)
+            ref = truth.reference(name, bool(final))
+            # dlog_alpha is held to the scale of the reverse-cumsum identity when the budget has
+            # it (glaref/_verdict.py, decision 3); the direct form's figure is kept beside it
+            sc = scales.get("log_alpha_identity", scales.get(name)) if name == "log_alpha" else scales.get(name)
+            m = _metrics.measure(x64, ref, sc, self.u)
+            if name == "log_alpha" and "log_alpha_identity" in scales:
+                direct["log_alpha"] = _metrics.budget_ulps(x64, ref, scales.get("log_alpha"), self.u)
+            m["nonfinite"], m["first_nonfinite"] = count, first_bad
+            ok, why = _metrics.judge(name, m, self.cdtype, dims, mode, chunk_size=subject.chunk_size,
+                                     log_alpha=truth.p.log_alpha)
+            if not ok:
+                failures.append(why)
+            per[name] = m
+
+        outs_names = [n for n in _metrics.OUTPUTS if n in per]
+        rec.update({k: measured.get(k) for k in ("compile_s", "inner", "median_ms", "q1_ms", "q3_ms",
+                                                  "xla_temp_mb", "xla_arg_mb", "xla_out_mb")})
+        if mode == "fwd_bwd":
+            rec["residual_mb"] = measured["residual_mb"]
+        rec["rel_err"] = _worst(m["rel_err"] for m in per.values())
+        if mode == "fwd_bwd":
+            rec["rel_err_grads"] = {n: per[n]["rel_err"] for n in _metrics.GRADS}
+        rec["rel_err_out"] = {n: per[n]["rel_err"] for n in outs_names}
+        rec["max_abs_err"] = {n: m["max_abs_err"] for n, m in per.items()}
+        rec["budget_ulps"] = {n: m["budget_ulps"] for n, m in per.items()}
+        rec["budget_ulps_direct"] = direct
+        rec["nonfinite"] = {n: m["nonfinite"] for n, m in per.items()}
+        rec["nonfinite_first_index"] = {n: m["first_nonfinite"] for n, m in per.items() if m["nonfinite"]}
+        rec.update(self.params(regime, final))
+        rec["ok"] = not failures
+        rec["failures"] = failures
+        # the oracle's own time on these inputs (never part of the kernel's figures)
+        wanted = ["forward", "scales"] if mode == "fwd" else \
+            ["forward", "vjp_dh_T" if final else "vjp", "scales_vjp"]
+        rec["oracle_ms"] = {k: truth.ms[k] for k in wanted if k in truth.ms}
+        return rec
+
+    def check_memory(self, mem: dict[str, float | None]) -> str | None:
+        if not self.memory_guard:
+            return None
+        parts = [mem[k] for k in ("xla_temp_mb", "xla_arg_mb", "xla_out_mb")]
+        if any(p is None for p in parts):
+            return None
+        need = sum(parts) * _timing.MIB
+        avail = _device.available_bytes(self.device)
+        if avail is not None and need > avail:
+            return (f"needs {need / _timing.MIB:.0f} MB of XLA buffers (temp + arguments + outputs), "
+                    f"{avail / _timing.MIB:.0f} MB available on {self.device.platform}")
+        return None
+
+
+def _fwd_bwd(fn: Callable, final: bool) -> Callable:
+    """(inputs..., do[, dh_T]) -> (outputs, grads) through jax.vjp, so a custom_vjp is what runs."""
+    import jax
+
+    def f(q, k, v, log_alpha, h0, do, *dh_T):
+        out, pullback = jax.vjp(fn, q, k, v, log_alpha, h0)
+        grads = pullback((do, dh_T[0]) if final else do)
+        return out, grads
+
+    return f
+
+
+# ---------------------------------------------------------------- the public entry point
+
+def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "quick",
+          dtype: str = "float32", precision: str = "default", backend: str | None = None,
+          layout: str = "bhtd", scale: float = 1.0, repeats: int | None = None, seed: int = 0,
+          regimes="standard", json_path=None, oracle_impl: str | None = None,
+          on_record: Callable[[dict], None] | None = None,
+          progress: Callable[[str], None] | None = None,
+          memory_guard: bool = True) -> list[dict[str, Any]]:
+    """Audit JAX kernels against the float64 oracle; returns one record per row.
+
+    impls: built-in names ("chunked", "scan"), "package.module:function",
+        "path/to/file.py:function" or callables ``(q, k, v, log_alpha, h0) -> o | (o, h_T)``.
+    configs: preset names, "B,G,H,dk,dv" strings or {name: (B, G, H, dk, dv)}.
+    seqs, modes ("fwd", "fwd_bwd"), repeats: default to the preset's ("quick" or "seed").
+    dtype: the kernel's input dtype; precision: jax matmul precision; backend: "cpu", "gpu" or
+    None (jax's default). regimes: names from ``glaref.regimes.REGIMES``. json_path: the report,
+    rewritten after every row. Records carry the seed report's fields plus the additions listed
+    in ``glaref.audit.RECORD_ADDITIONS``.
+    """
+    from .. import regimes as _regimes
+
+    if preset not in PRESETS:
+        raise AuditUsageError(f"preset: got {preset!r}, expected one of {sorted(PRESETS)}")
+    pre = PRESETS[preset]
+    impl_list = _split(impls) if impls is not None else list(pre.impls)
+    if not impl_list:
+        raise AuditUsageError("impl: got no kernel")
+    cfgs = _configs(configs, pre.configs)
+    seq_list = _seqs(seqs, pre.seqs)
+    mode_list = _choices("mode", modes if modes is not None else pre.modes, MODES)
+    _choices("dtype", dtype, _metrics.FLOAT_DTYPES)
+    _choices("precision", precision, _metrics.PRECISIONS)
+    try:
+        check_layout(layout)
+    except ValueError as exc:
+        raise AuditUsageError(str(exc)) from None
+    try:
+        scale = float(scale)
+    except (TypeError, ValueError):
+        raise AuditUsageError(f"scale: got {scale!r}, expected a real number") from None
+    if not math.isfinite(scale):
+        raise AuditUsageError(f"scale: got {scale}, expected a finite number")
+    reps = pre.repeats if repeats is None else int(repeats)
+    if reps < 1:
+        raise AuditUsageError(f"repeats: got {repeats}, expected a positive integer")
+    regime_list = _choices("regime", regimes, _regimes.REGIMES)
+    oracle = oracle_impl or _default_oracle()
+    _choices("oracle_impl", oracle, ("numba", "numpy"))
+
+    jax = _device.import_jax()
+    device = _device.select_device(backend)
+    x64 = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
+    with x64, jax.default_device(device):
+        subjects = [resolve(i, layout=layout, precision=precision, scale=scale) for i in impl_list]
+        run = _Run(device=device, dtype=dtype, precision=precision, layout=layout, scale=scale,
+                   repeats=reps, seed=seed, oracle_impl=oracle, memory_guard=memory_guard)
+        header = {
+            "device": _device.device_info(device, precision),
+            "config": {"device": device.platform, "configs": {k: list(v) for k, v in cfgs.items()},
+                       "seq_lens": seq_list, "impls": [s.name for s in subjects], "repeats": reps,
+                       "modes": mode_list, "dtype": dtype, "precision": precision, "layout": layout,
+                       "scale": scale, "seed": seed, "regimes": regime_list, "oracle": oracle,
+                       "preset": preset},
+        }
+        writer = _report.JsonWriter(json_path, header) if json_path else None
+        if writer:
+            writer.write()
+        _warm_oracle(oracle)
+
+        plan = []
+        for regime in regime_list:
+            for cname, (B, G, H, dk, dv) in cfgs.items():
+                for T in seq_list:
+                    for dims in _regimes.REGIMES[regime].cases(Dims(B, G, H, T, dk, dv)):
+                        plan.append((regime, cname, dims))
+        total = len(plan) * len(mode_list) * len(subjects)
+        records: list[dict[str, Any]] = []
+        for regime, cname, dims in plan:
+            problem = _round_problem(_regimes.make_inputs(regime, dims, seed), run.np_dtype)
+            truth = _Truth(problem, scale, oracle)
+            truth.forward()
+            arr = run.device_arrays(problem)
+            for mode in mode_list:
+                for subject in subjects:
+                    if progress:
+                        progress(f"[{len(records) + 1}/{total}] {subject.name} {mode} {cname} "
+                                 f"T={dims.T} ({regime})")
+                    rec = run.row(subject, mode, cname, dims, regime, truth, arr)
+                    records.append(rec)
+                    if writer:
+                        writer.add(rec)
+                    if on_record:
+                        on_record(rec)
+            del arr
+    return records

@@ -1,0 +1,81 @@
+"""Problem sizes and the two presets of the audit.
+
+A config is [batch, groups, heads, dk, dv] (the seed report's order). The seed's four configs
+are the ones its report measured; ``quick`` is a small grid that still exercises grouped heads
+(G < H), dk != dv and sequence lengths that are not multiples of a chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._errors import AuditUsageError
+
+SEED_CONFIGS: dict[str, tuple[int, int, int, int, int]] = {
+    "g2h8_d128": (4, 2, 8, 128, 128),
+    "g1h24_dk128_dv64": (2, 1, 24, 128, 64),
+    "g1h1_d128": (4, 1, 1, 128, 128),
+    "g2h4_dk48_dv40": (4, 2, 4, 48, 40),
+}
+
+QUICK_CONFIGS: dict[str, tuple[int, int, int, int, int]] = {
+    "g2h4_dk32_dv24": (2, 2, 4, 32, 24),
+    "g1h2_dk16_dv48": (1, 1, 2, 16, 48),
+}
+
+CONFIGS = {**SEED_CONFIGS, **QUICK_CONFIGS}
+
+BUILTIN_IMPLS = ("chunked", "scan")
+MODES = ("fwd", "fwd_bwd")
+
+
+@dataclass(frozen=True)
+class Preset:
+    impls: tuple[str, ...]
+    configs: dict[str, tuple[int, int, int, int, int]]
+    seqs: tuple[int, ...]
+    modes: tuple[str, ...]
+    repeats: int
+
+
+PRESETS: dict[str, Preset] = {
+    "quick": Preset(BUILTIN_IMPLS, QUICK_CONFIGS, (100, 1000), MODES, 3),
+    "seed": Preset(BUILTIN_IMPLS, SEED_CONFIGS, (512, 2048, 8192), MODES, 3),
+}
+
+
+def config_name(c: tuple[int, int, int, int, int]) -> str:
+    """A name for a custom [B, G, H, dk, dv], in the style of the seed's names."""
+    B, G, H, dk, dv = c
+    return f"b{B}g{G}h{H}_dk{dk}_dv{dv}"
+
+
+def check_config(name: str, c) -> tuple[int, int, int, int, int]:
+    try:
+        t = tuple(int(x) for x in c)
+    except (TypeError, ValueError):
+        raise AuditUsageError(f"config {name!r}: got {c!r}, expected five integers "
+                              "[batch, groups, heads, dk, dv]") from None
+    if len(t) != 5 or min(t) < 1:
+        raise AuditUsageError(f"config {name!r}: got {c!r}, expected five positive integers "
+                              "[batch, groups, heads, dk, dv]")
+    if t[2] % t[1]:
+        raise AuditUsageError(f"config {name!r}: got heads={t[2]}, expected a multiple of "
+                              f"groups={t[1]}")
+    return t  # type: ignore[return-value]
+
+
+def parse_config(text: str) -> dict[str, tuple[int, int, int, int, int]]:
+    """'B,G,H,dk,dv' (five integers) or a comma-separated list of config names."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if parts and all(p.lstrip("-").isdigit() for p in parts):
+        c = check_config(text, parts)
+        return {config_name(c): c}
+    out = {}
+    for p in parts:
+        if p not in CONFIGS:
+            raise AuditUsageError(f"config: got {p!r}, expected B,G,H,dk,dv or one of {sorted(CONFIGS)}")
+        out[p] = CONFIGS[p]
+    if not out:
+        raise AuditUsageError(f"config: got {text!r}, expected B,G,H,dk,dv or a config name")
+    return out

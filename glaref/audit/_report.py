@@ -1,0 +1,182 @@
+"""Reports of an audit: the JSON file (the seed report's schema), the table, the plot, the verdict.
+
+JSON: {"device": {...}, "config": {...}, "results": [record, ...]}, rewritten whole and atomically
+(temporary file + rename) after every record, so an interrupted audit leaves a valid file with
+every row it measured. Non-finite floats are written as null (JSON has no NaN).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from typing import Any, Iterable, TextIO
+
+# Record keys beyond the seed report's (tests hold the schema to exactly these).
+RECORD_ADDITIONS = (
+    "rel_err_out", "max_abs_err", "budget_ulps", "budget_ulps_direct", "nonfinite",
+    "nonfinite_first_index", "dtype", "compute_dtype", "precision", "layout", "regime", "seed",
+    "scale", "final_state", "ok", "failures", "oracle_ms",
+)
+
+ERR_COLUMNS = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
+
+
+def jsonable(x: Any) -> Any:
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):   # numpy scalars
+        return jsonable(x.item())
+    return x
+
+
+class JsonWriter:
+    """Keeps the report and rewrites the whole file atomically after every record."""
+
+    def __init__(self, path, header: dict[str, Any]):
+        self.path = os.fspath(path)
+        self.doc = {**header, "results": []}
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.doc["results"].append(record)
+        self.write()
+
+    def write(self) -> None:
+        directory = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".glaref-audit-", suffix=".json", dir=directory)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(jsonable(self.doc), f, indent=1, allow_nan=False)
+                f.write("\n")
+            os.replace(tmp, self.path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+
+# ---------------------------------------------------------------- table
+
+def _e(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and math.isnan(x):
+        return "nan"
+    if x == 0:
+        return "0"
+    return f"{x:.1e}"
+
+
+def _f(x, fmt: str) -> str:
+    width = int(fmt.split(".")[0])
+    return f"{'-':>{width}}" if x is None else format(x, fmt)
+
+
+class Table:
+    """A fixed-width table printed row by row as records arrive."""
+
+    def __init__(self, impls: Iterable[str], configs: Iterable[str], stream: TextIO):
+        self.w_impl = max([4] + [len(i) for i in impls])
+        self.w_cfg = max([6] + [len(c) for c in configs])
+        self.stream = stream
+        head = (f"{'impl':<{self.w_impl}} {'mode':<7} {'config':<{self.w_cfg}} {'T':>5} "
+                f"{'ms':>9} {'compile_s':>9} {'temp_MB':>8} {'resid_MB':>8} "
+                + " ".join(f"{c:>9}" for c in ERR_COLUMNS) + "  verdict")
+        self.header = head
+
+    def print_header(self) -> None:
+        print("normwise relative error vs the float64 oracle per output and gradient; "
+              "ms: median per call", file=self.stream)
+        print(self.header, file=self.stream)
+        print("-" * len(self.header), file=self.stream, flush=True)
+
+    def line(self, r: dict[str, Any]) -> str:
+        lead = f"{r['impl']:<{self.w_impl}} {r['mode']:<7} {r['config']:<{self.w_cfg}} {r['seq']:>5} "
+        if "skipped" in r:
+            tail = "FAIL" if r.get("ok") is False else "skipped"
+            return lead + f"{tail}: {r['skipped']}"
+        errs = {**r.get("rel_err_out", {}), **(r.get("rel_err_grads") or {})}
+        cols = " ".join(f"{_e(errs.get(c)):>9}" for c in ERR_COLUMNS)
+        verdict = "ok" if r.get("ok") else "FAIL: " + "; ".join(r.get("failures", []))
+        return (lead + f"{_f(r.get('median_ms'), '9.2f')} {_f(r.get('compile_s'), '9.2f')} "
+                f"{_f(r.get('xla_temp_mb'), '8.1f')} {_f(r.get('residual_mb'), '8.1f')} "
+                f"{cols}  {verdict}")
+
+    def row(self, r: dict[str, Any]) -> None:
+        print(self.line(r), file=self.stream, flush=True)
+
+
+# ---------------------------------------------------------------- verdict
+
+def summary(records: list[dict[str, Any]]) -> tuple[int, str]:
+    """(exit code, one-line reason): 1 when any row failed or when nothing could be measured."""
+    failed = [r for r in records if r.get("ok") is False]
+    skipped = [r for r in records if "skipped" in r and r.get("ok") is not False]
+    measured = [r for r in records if r.get("ok") is True]
+    if failed:
+        r = failed[0]
+        first = "; ".join(r.get("failures", [])) or r.get("skipped", "")
+        return 1, (f"FAIL: {len(failed)} of {len(records)} rows exceed tolerance or are non-finite "
+                   f"(first: {r['impl']} {r['mode']} {r['config']} T={r['seq']}: {first})")
+    if not measured:
+        return 1, f"FAIL: none of {len(records)} rows could be measured (all skipped)"
+    extra = f", {len(skipped)} skipped" if skipped else ""
+    return 0, f"OK: {len(measured)} rows within tolerance{extra}"
+
+
+# ---------------------------------------------------------------- plot
+
+def plot(records: list[dict[str, Any]], path) -> None:
+    """Error vs seq per output/gradient (one line per impl and config) and time vs seq."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in records if "skipped" not in r]
+    names = [n for n in ERR_COLUMNS
+             if any(n in {**r.get("rel_err_out", {}), **(r.get("rel_err_grads") or {})} for r in rows)]
+    panels = names + ["time"]
+    ncol = 4
+    nrow = -(-len(panels) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.4 * nrow), squeeze=False)
+    series: dict[tuple, list] = {}
+    for r in rows:
+        series.setdefault((r["impl"], r["config"], r["mode"]), []).append(r)
+    for ax, panel in zip(axes.ravel(), panels):
+        for (impl, cfg, mode), rs in sorted(series.items()):
+            rs = sorted(rs, key=lambda r: r["seq"])
+            if panel == "time":
+                xs = [r["seq"] for r in rs if r.get("median_ms")]
+                ys = [r["median_ms"] for r in rs if r.get("median_ms")]
+                label = f"{impl} {mode} {cfg}"
+            else:
+                # o and h_T from fwd rows, gradients from fwd_bwd rows: one line per impl/config
+                if panel in ("o", "h_T") and mode != "fwd" and any(k[2] == "fwd" for k in series):
+                    continue
+                src = "rel_err_out" if panel in ("o", "h_T") else "rel_err_grads"
+                pts = [(r["seq"], (r.get(src) or {}).get(panel)) for r in rs]
+                pts = [(x, y) for x, y in pts if y is not None and math.isfinite(y)]
+                xs = [x for x, _ in pts]
+                ys = [max(y, 1e-17) for _, y in pts]     # exact zeros shown at the floor
+                label = f"{impl} {cfg}"
+            if xs:
+                ax.plot(xs, ys, marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("seq")
+        ax.set_title("median ms per call" if panel == "time" else f"rel_err d{panel}"
+                     if panel in ("q", "k", "v", "log_alpha", "h0") else f"rel_err {panel}")
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
+    for ax in axes.ravel()[len(panels):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,123 @@
+"""The kernels under audit ("subjects"): built-in names, ``package.module:function``,
+``path/to/file.py:function`` or a Python callable.
+
+A kernel is a callable ``(q, k, v, log_alpha, h0) -> o`` or ``-> (o, h_T)`` taking JAX arrays in
+one layout ("bhtd" or "bthd"). On scale: the oracle always applies ``scale``. A kernel whose
+signature has a ``scale`` parameter receives it; any other kernel is expected to apply that scale
+itself (a user kernel with a fixed 1/sqrt(dk), say, is audited with ``--scale``). The built-in
+kernels take ``scale``. Built-in kernels are audited with ``return_final_state=True``, so h_T and
+the effect of its cotangent are checked too.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+from ._errors import AuditEnvironmentError, AuditUsageError
+from ._presets import BUILTIN_IMPLS
+
+
+@dataclass(frozen=True)
+class Subject:
+    name: str            # the "impl" of the records
+    fn: Callable         # (q, k, v, log_alpha, h0) -> o | (o, h_T), arrays in ``layout``
+    layout: str
+    chunk_size: int | None = None   # the kernel's chunk length (1: step by step; None: unknown)
+
+
+def _accepts(fn: Callable, name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _precision_arg(precision: str):
+    if precision == "default":
+        return None
+    import jax
+    return getattr(jax.lax.Precision, precision.upper())
+
+
+def _builtin(name: str, layout: str, precision: str, scale: float) -> Subject:
+    try:
+        from .. import kernels
+    except ImportError as exc:
+        raise AuditEnvironmentError(f"impl {name!r}: the built-in kernels could not be imported "
+                                    f"({exc}); pip install 'glaref[jax]'") from None
+    fn = getattr(kernels, name)
+    kw = {"layout": layout, "precision": _precision_arg(precision), "return_final_state": True,
+          "scale": scale}
+    chunk = inspect.signature(fn).parameters.get("chunk_size")
+    chunk_size = chunk.default if chunk is not None else 1
+    return Subject(name, functools.partial(fn, **kw), layout, chunk_size)
+
+
+def _load_file(path: str):
+    if not os.path.isfile(path):
+        raise AuditUsageError(f"impl: got file {path!r}, which does not exist")
+    # a stable, unique module name per file, so two files called kernel.py do not collide
+    tag = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12]
+    modname = f"_glaref_user_kernel_{tag}"
+    spec = importlib.util.spec_from_file_location(modname, path)
+    if spec is None or spec.loader is None:
+        raise AuditUsageError(f"impl: got file {path!r}, which Python cannot load as a module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[modname]
+        raise AuditUsageError(f"impl: importing {path!r} failed: {type(exc).__name__}: {exc}") from None
+    return module
+
+
+def _user(spec: str, layout: str, scale: float) -> Subject:
+    if ":" not in spec:
+        raise AuditUsageError(f"impl: got {spec!r}, expected one of {BUILTIN_IMPLS}, "
+                              "package.module:function or path/to/file.py:function")
+    target, _, func = spec.rpartition(":")
+    if not target or not func:
+        raise AuditUsageError(f"impl: got {spec!r}, expected package.module:function or "
+                              "path/to/file.py:function")
+    if target.endswith(".py") or os.sep in target or "/" in target:
+        module = _load_file(target)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except Exception as exc:
+            raise AuditUsageError(f"impl: could not import module {target!r}: "
+                                  f"{type(exc).__name__}: {exc}") from None
+    try:
+        fn = getattr(module, func)
+    except AttributeError:
+        raise AuditUsageError(f"impl: module {target!r} has no attribute {func!r}") from None
+    if not callable(fn):
+        raise AuditUsageError(f"impl: {spec!r} is a {type(fn).__name__}, expected a callable")
+    if _accepts(fn, "scale"):
+        fn = functools.partial(fn, scale=scale)
+    return Subject(spec, fn, layout)
+
+
+def resolve(impl, *, layout: str, precision: str, scale: float) -> Subject:
+    """A Subject from a built-in name, a 'module:function' / 'file.py:function' spec or a callable."""
+    if isinstance(impl, Subject):
+        return impl
+    if callable(impl):
+        fn = functools.partial(impl, scale=scale) if _accepts(impl, "scale") else impl
+        name = getattr(impl, "__qualname__", None) or getattr(impl, "__name__", None) or repr(impl)
+        return Subject(name, fn, layout)
+    if not isinstance(impl, str) or not impl:
+        raise AuditUsageError(f"impl: got {impl!r}, expected a kernel name, spec or callable")
+    if impl in BUILTIN_IMPLS:
+        return _builtin(impl, layout, precision, scale)
+    return _user(impl, layout, scale)

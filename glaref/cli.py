@@ -1,0 +1,174 @@
+"""``glaref`` command line (``python -m glaref`` is the same). A thin face over the engine.
+
+    glaref audit                              # the quick preset: built-in kernels, small grid
+    glaref audit --preset seed --json r.json  # the seed report's whole grid
+    glaref audit --impl mykernels.py:gla --layout bthd --config 2,1,4,64,64 --seq 1000
+
+Exit codes: 0 every row within tolerance, 1 a tolerance exceeded, a non-finite output or nothing
+measurable, 2 usage error, 3 environment error (jax missing, backend or matplotlib unavailable),
+130 interrupted (the JSON file keeps the rows measured so far). Each non-zero exit prints a
+one-line reason; --exit-zero turns 1 into 0 for exploration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+PROG = "glaref"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so that main() returns its code."""
+
+    def error(self, message):
+        raise _UsageExit(message)
+
+
+class _UsageExit(Exception):
+    pass
+
+
+def _parser() -> _Parser:
+    from .audit._presets import CONFIGS, PRESETS
+
+    p = _Parser(prog=PROG, description="Float64 ground truth and kernel audit for scalar-gated "
+                "linear attention.")
+    sub = p.add_subparsers(dest="command", metavar="command", parser_class=_Parser)
+    a = sub.add_parser(
+        "audit", help="audit JAX kernels against the float64 oracle",
+        description="Per-output and per-gradient accuracy (vs the float64 oracle), time and XLA "
+        "memory of JAX kernels, in the seed report's format. Exit 0 within tolerance, 1 exceeded "
+        "or non-finite, 2 usage error, 3 environment error.")
+    a.add_argument("--impl", help="comma-separated kernels: chunked, scan, package.module:function "
+                   "or path/to/file.py:function (default: the preset's, chunked,scan)")
+    a.add_argument("--layout", default="bhtd", help="layout the kernels take: bhtd or bthd "
+                   "(default bhtd)")
+    a.add_argument("--scale", type=float, default=1.0, help="scale the oracle applies to o; passed "
+                   "to kernels that take a scale argument, others must apply it themselves")
+    a.add_argument("--config", action="append", help="config name(s), comma-separated, or "
+                   f"B,G,H,dk,dv; repeatable. Names: {', '.join(CONFIGS)}")
+    a.add_argument("--seq", help="comma-separated sequence lengths (default: the preset's)")
+    a.add_argument("--mode", help="fwd, fwd_bwd or both comma-separated (default both)")
+    a.add_argument("--dtype", default="float32", help="float32 (default), bfloat16, float16 or "
+                   "float64 (enables jax x64)")
+    a.add_argument("--precision", default="default", help="jax matmul precision: default, high or "
+                   "highest (on NVIDIA GPUs default float32 matmuls run as TF32)")
+    a.add_argument("--backend", help="cpu or gpu (default: jax's default backend)")
+    a.add_argument("--repeats", type=int, help="timed repeats per row (default: the preset's, 3)")
+    a.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    a.add_argument("--regime", default="standard", help="comma-separated input regimes from "
+                   "glaref.regimes (default standard)")
+    a.add_argument("--preset", default="quick", choices=sorted(PRESETS), help="quick (default: "
+                   "small grid, under 2 minutes on 2 cores) or seed (the seed report's grid)")
+    a.add_argument("--oracle", choices=("numba", "numpy"), help="oracle implementation (default "
+                   "numba when installed)")
+    a.add_argument("--json", metavar="FILE", help="write the report (seed schema) here, updated "
+                   "after every row")
+    a.add_argument("--plot", metavar="FILE.png", help="error vs seq per gradient and time vs seq "
+                   "(needs matplotlib)")
+    a.add_argument("--exit-zero", action="store_true", help="exit 0 even when a tolerance is "
+                   "exceeded (usage and environment errors still exit 2 and 3)")
+    return p
+
+
+def _err(msg: str) -> None:
+    print(f"{PROG} audit: error: {msg}", file=sys.stderr)
+
+
+def _audit(ns: argparse.Namespace) -> int:
+    from .audit import _report
+    from .audit._engine import _split
+    from .audit._errors import AuditEnvironmentError, AuditUsageError
+
+    if ns.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            _err("--plot needs matplotlib, which is not installed (pip install 'glaref[plot]')")
+            return 3
+    from .audit import audit
+
+    impls = _split(ns.impl) if ns.impl else None
+    configs = ns.config if ns.config else None
+    preset_names = None
+    table: list = []
+
+    def on_record(rec):
+        if not table:
+            return
+        table[0].row(rec)
+
+    def progress(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    # The table needs column widths before the first row: resolve names cheaply here.
+    from .audit._presets import PRESETS, parse_config
+    try:
+        pre = PRESETS[ns.preset]
+        names = impls if impls else list(pre.impls)
+        cfg_names = []
+        for c in (configs or []):
+            cfg_names += list(parse_config(c))
+        preset_names = cfg_names or list(pre.configs)
+    except AuditUsageError as exc:
+        _err(str(exc))
+        return 2
+    table.append(_report.Table(names, preset_names, sys.stdout))
+    table[0].print_header()
+
+    records: list = []
+
+    def keep(rec):
+        records.append(rec)
+        on_record(rec)
+
+    try:
+        audit(impls, configs, ns.seq, ns.mode, preset=ns.preset, dtype=ns.dtype,
+              precision=ns.precision, backend=ns.backend, layout=ns.layout, scale=ns.scale,
+              repeats=ns.repeats, seed=ns.seed, regimes=ns.regime, json_path=ns.json,
+              oracle_impl=ns.oracle, on_record=keep,
+              progress=progress if sys.stderr.isatty() else None)
+    except AuditUsageError as exc:
+        _err(str(exc))
+        return 2
+    except AuditEnvironmentError as exc:
+        _err(str(exc))
+        return 3
+    except KeyboardInterrupt:
+        where = f"; {ns.json} keeps them" if ns.json else ""
+        _err(f"interrupted after {len(records)} row(s){where}")
+        return 130
+
+    code, line = _report.summary(records)
+    print(line)
+    if ns.plot:
+        _report.plot(records, ns.plot)
+        print(f"plot written to {ns.plot}")
+    if ns.json:
+        print(f"report written to {ns.json}")
+    if code == 1 and ns.exit_zero:
+        return 0
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    try:
+        ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except _UsageExit as exc:
+        parser.print_usage(sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:          # --help
+        return int(exc.code or 0)
+    if ns.command == "audit":
+        return _audit(ns)
+    parser.print_usage(sys.stderr)
+    print(f"{PROG}: error: a command is required (audit)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
