@@ -1,29 +1,172 @@
 """Error budgets: the scale of every output element, from the oracle run on absolute values.
 
-Every element of o, h_T and of each gradient is a sum of products of inputs. Running the same
-recurrence and vjp on |q|, |k|, |v|, |h0|, |do|, |dh_T| (the decay factors exp(log_alpha) are
-already positive) gives, per element, the sum of the absolute values of those terms: the natural
-unit of rounding error (docs/math.md). budget_ulps = |x - ref| / (scale * u).
+Every element of o, h_T and of each gradient is a sum of products of inputs and decay factors.
+Running the same recurrence and vjp on |q|, |k|, |v|, |h0|, |do|, |dh_T| (the decay factors
+exp(log_alpha) are already positive) gives, per element, the sum of the absolute values of those
+terms. Rounding errors of any correct summation order are bounded by a multiple of that sum
+(docs/budgets.md), so it is the natural unit of error:
+
+    budget_ulps = max_i |x_i - ref_i| / (u * scale_i + floor)
+
+with u the unit roundoff of the kernel's compute dtype and ``floor`` the underflow allowance
+(``underflow_floor``). For dlog_alpha there are two scales:
+
+- ``log_alpha``: the direct form dlog_alpha_t = alpha_t <S_{t-1}, G_t>, i.e. the abs-vjp
+  alpha_t <|S|_{t-1}, |G|_t>;
+- ``log_alpha_identity``: the reverse-cumsum identity production kernels use,
+  sum_{s >= t} (|q_s| . sdq_s + |k_s| . sdk_s) + <s_hT, |dh_T|>, with sdq, sdk the per-head
+  abs-vjp scales of dq, dk and s_hT the scale of h_T. It is never smaller than the direct
+  scale (docs/budgets.md, section 3) and under strong decay or long T it is far larger.
+
+The verdict uses the identity scale for dlog_alpha (glaref._verdict explains why).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
-from ._inputs import Problem
+from . import _inputs
+from ._inputs import Dims, Problem
+
+OUTPUTS = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
 
 
-def scales(p: Problem, scale: float = 1.0, impl: str = "numba") -> dict[str, np.ndarray]:
-    """Per-element scales for o, h_T, q, k, v, log_alpha, h0 of canonical problem ``p``."""
+class Scales(NamedTuple):
+    """Per-element error scales (float64, the caller's layout). Gradient fields are None when
+    no ``do`` was given. ``log_alpha`` is the direct form's scale, ``log_alpha_identity`` the
+    reverse-cumsum identity's."""
+
+    o: np.ndarray
+    h_T: np.ndarray
+    q: np.ndarray | None
+    k: np.ndarray | None
+    v: np.ndarray | None
+    log_alpha: np.ndarray | None
+    h0: np.ndarray | None
+    log_alpha_identity: np.ndarray | None
+
+
+def _per_head(x: np.ndarray, H: int) -> np.ndarray:
+    return np.repeat(x, H // x.shape[1], axis=1)
+
+
+def problem_scales(p: Problem, scale: float = 1.0, impl: str = "numba") -> dict[str, np.ndarray]:
+    """Per-element scales of canonical problem ``p``: keys o, h_T and, when ``p.do`` is given,
+    q, k, v, log_alpha (direct form), h0 and log_alpha_identity. Arrays are canonical "bhtd"."""
     from ._oracle import _backend
 
     be = _backend(impl)
     a = np.abs
-    s = abs(scale)
-    o, h_T = be.forward(a(p.q), a(p.k), a(p.v), p.log_alpha, a(p.h0), s)
+    s = abs(float(scale))
+    aq, ak, av, ah0 = a(p.q), a(p.k), a(p.v), a(p.h0)
+    o, h_T = be.forward(aq, ak, av, p.log_alpha, ah0, s)
     out = {"o": o, "h_T": h_T}
-    if p.do is not None:
-        dh = None if p.dh_T is None else a(p.dh_T)
-        g = be.vjp(a(p.q), a(p.k), a(p.v), p.log_alpha, a(p.h0), a(p.do), dh, s)
-        out.update(zip(("q", "k", "v", "log_alpha", "h0"), g))
+    if p.do is None:
+        return out
+    adh = None if p.dh_T is None else a(p.dh_T)
+    dqh, dkh, dv, dla, dh0 = be.vjp(aq, ak, av, p.log_alpha, ah0, a(p.do), adh, s, per_head=True)
+    G, H = p.q.shape[1], p.v.shape[1]
+    B, _, T, dk = p.q.shape
+    out["q"] = dqh.reshape(B, G, H // G, T, dk).sum(axis=2)
+    out["k"] = dkh.reshape(B, G, H // G, T, dk).sum(axis=2)
+    out["v"], out["log_alpha"], out["h0"] = dv, dla, dh0
+    terms = (np.einsum("bhtk,bhtk->bht", _per_head(aq, H), dqh)
+             + np.einsum("bhtk,bhtk->bht", _per_head(ak, H), dkh))
+    ident = np.flip(np.cumsum(np.flip(terms, axis=2), axis=2), axis=2)
+    if adh is not None:
+        ident = ident + np.einsum("bhkv,bhkv->bh", h_T, adh)[:, :, None]
+    out["log_alpha_identity"] = ident
     return out
+
+
+def scales(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, scale=1.0, layout="bhtd",
+           impl="numba", allow_nonfinite=False) -> Scales:
+    """Per-element error scales of o, h_T and every gradient (``glaref.scales``).
+
+    Each element is the sum of the absolute values of the terms that element adds up, from the
+    recurrence and its vjp run on |q|, |k|, |v|, |h0|, |do|, |dh_T|. A correct kernel's error on
+    an element is a small multiple of u * scale (docs/budgets.md). Arguments as for
+    ``glaref.vjp``; without ``do`` only o and h_T are returned (the other fields are None).
+    Results are float64, o and the gradients in the caller's layout.
+    """
+    from ._oracle import _check_scale
+
+    p = _inputs.canonicalize(q, k, v, log_alpha, h0, do, dh_T, layout=layout,
+                             allow_nonfinite=allow_nonfinite)
+    d = problem_scales(p, _check_scale(scale), impl)
+    f = _inputs.from_canonical
+    kinds = {"o": "v", "h_T": "state", "q": "qk", "k": "qk", "v": "v", "log_alpha": "gate",
+             "h0": "state", "log_alpha_identity": "gate"}
+    return Scales(**{name: (f(d[name], kind, layout) if name in d else None)
+                     for name, kind in kinds.items()})
+
+
+def underflow_floor(output: str, compute_dtype: str, dims: Dims) -> float:
+    """Absolute error a correct kernel may make on one element of ``output`` through underflow.
+
+    With flush-to-zero (XLA flushes subnormals on CPU and GPU) every product or sum that lands
+    below the smallest normal number ``tiny`` of the compute dtype may lose up to ``tiny``. The
+    floor is ``tiny`` times an upper bound on the number of products in one element's expansion
+    (docs/budgets.md, section 4): it only matters where an element's scale itself is near the
+    underflow threshold (strong decay over many steps, zero inputs).
+    """
+    return _n_products(output, dims) * _tiny(compute_dtype)
+
+
+def _n_products(output: str, dims: Dims) -> float:
+    T1, dk, dv, r = float(dims.T + 1), dims.dk, dims.dv, dims.H // max(dims.G, 1)
+    n = {
+        "o": T1 * dk,                          # q_t . (k_s v_s) over s <= t, plus q_t . h0
+        "h_T": T1,                             # k_s v_s over s, plus h0
+        "q": T1 * dv * r,                      # S_t do_t over dv, summed over the group's heads
+        "k": T1 * dv * r,                      # G_t v_t over dv, same
+        "v": T1 * dk,                          # G_t^T k_t over dk
+        "h0": T1,                              # decayed q_s do_s over s, plus dh_T
+        "log_alpha": T1 * T1 * dk * dv,        # pairs (r, s) of time steps times state entries
+        "log_alpha_identity": T1 * T1 * dk * dv,
+    }
+    try:
+        return n[output]
+    except KeyError:
+        raise ValueError(f"output: got {output!r}, expected one of {sorted(n)}") from None
+
+
+def _tiny(compute_dtype: str) -> float:
+    from .tolerances import SMALLEST_NORMAL
+
+    try:
+        return SMALLEST_NORMAL[compute_dtype]
+    except KeyError:
+        raise ValueError(f"compute_dtype: got {compute_dtype!r}, expected one of "
+                         f"{sorted(SMALLEST_NORMAL)}") from None
+
+
+def budget_ulps(output: str, x, ref, scale, compute_dtype: str, dims: Dims) -> tuple[float, tuple[int, ...] | None]:
+    """``max_i |x_i - ref_i| / (u * scale_i + floor)`` and the index of the worst element.
+
+    output: o, h_T, q, k, v, log_alpha or h0 (sets the underflow floor); x: the kernel's value
+    (any float dtype, converted exactly); ref and scale: the oracle's
+    float64 value and scale on the same (dtype-rounded) inputs. Non-finite x gives inf (the
+    verdict counts non-finite values separately). Empty arrays give (0.0, None).
+    """
+    from .tolerances import UNIT_ROUNDOFF
+
+    try:
+        u = UNIT_ROUNDOFF[compute_dtype]
+    except KeyError:
+        raise ValueError(f"compute_dtype: got {compute_dtype!r}, expected one of "
+                         f"{sorted(UNIT_ROUNDOFF)}") from None
+    x = np.asarray(x, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    scale = np.asarray(scale, dtype=np.float64)
+    if x.shape != ref.shape or ref.shape != scale.shape:
+        raise ValueError(f"x: got shape {x.shape}, expected ref's {ref.shape} and scale's {scale.shape}")
+    if x.size == 0:
+        return 0.0, None
+    with np.errstate(invalid="ignore", over="ignore"):
+        r = np.abs(x - ref) / (u * scale + underflow_floor(output, compute_dtype, dims))
+    r = np.where(np.isfinite(x), r, np.inf)
+    i = int(np.argmax(r))
+    return float(r.flat[i]), tuple(int(j) for j in np.unravel_index(i, r.shape))

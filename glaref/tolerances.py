@@ -122,6 +122,43 @@ TOLERANCES.update({
 })
 
 
+# ---- error budgets and the verdict rule (glaref/_budget.py, glaref/_verdict.py, docs/budgets.md) ----
+# Smallest positive *normal* number of each format: the most a product or sum can lose to
+# underflow when subnormals are flushed to zero (XLA does so on CPU and GPU).
+SMALLEST_NORMAL = {
+    "float64": 2.0**-1022,
+    "float32": 2.0**-126,
+    "bfloat16": 2.0**-126,   # float32's exponent range
+    "float16": 2.0**-14,
+    "tf32": 2.0**-126,       # float32's exponent range
+}
+TOLERANCES.update({
+    "budget_step_ops": Tolerance(
+        4,
+        "Roundings on a term's path per recurrence step (step-by-step kernels) or per chunk "
+        "hand-over (chunked kernels): exp of the gate (correctly rounded to <= 1 u in XLA and "
+        "libm), the multiply by the decay, the k v^T (or q^T do) product, the add into the state. "
+        "Enters the accumulation depth n of gamma_n = n u / (1 - n u) (docs/budgets.md, sec. 2).",
+    ),
+    "budget_gate_factor": Tolerance(
+        2,
+        "A decay factor exp(b_i - b_j) is formed from two chunk-local cumulative sums b of "
+        "log_alpha, each with absolute error <= gamma_C * Lambda_C (Lambda_C: largest sum of "
+        "|log_alpha| over a chunk of C steps), so the exponent's error is <= 2 (C + 1) Lambda_C u "
+        "including the rounding of the difference; exp turns an absolute exponent error into the "
+        "same relative error of the factor (docs/budgets.md, sec. 2).",
+    ),
+    "scale_dominates_f64": Tolerance(
+        400 * U64,
+        "|ref| <= scale * (1 + tol) elementwise, both float64 evaluations in the same order, of "
+        "the signed terms and of their absolute values: |fl(sum t)| <= (1 + gamma_n) sum |t| and "
+        "fl(sum |t|) >= (1 - gamma_n) sum |t|, so the ratio is <= 1 + 2 gamma_n. Per term n <= "
+        "4 T + dk + dv + T (identity's reverse cumsum) + a few; the tests use T <= 33 and dk, dv "
+        "<= 8 (they assert it): n <= 200, 2 n u = 400 u64.",
+    ),
+})
+
+
 def tol(name: str) -> float:
     """The value of tolerance ``name`` (KeyError names what exists)."""
     try:

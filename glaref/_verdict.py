@@ -1,0 +1,173 @@
+"""The verdict rule: is an output's error within what rounding in the compute dtype can explain?
+
+Decisions (the audit engine and the tests follow them; docs/budgets.md derives the bound):
+
+1. Reference. Every figure of a kernel output (budget_ulps, rel_err, max_abs_err) compares it
+   with the float64 oracle run on the *dtype-rounded* inputs and cotangents: exactly the values
+   the kernel received (q, k, v, log_alpha, h0 cast to the kernel's dtype, and do, dh_T cast
+   likewise for the vjp), widened exactly to float64. The rounding of the inputs is not the
+   kernel's error; in bfloat16 its effect (u * condition number) would dwarf the kernel's own
+   arithmetic and hide real bugs behind it. The scales come from the same rounded inputs.
+
+2. Unit. budget_ulps = max_i |x_i - ref_i| / (u * scale_i + floor_i) (``_budget.budget_ulps``):
+   u is the unit roundoff of the compute dtype (``tolerances.UNIT_ROUNDOFF``): the dtype of the
+   arrays the kernel receives (float32, bfloat16, float16, float64), or "tf32" for float32
+   matmuls a GPU runs as TF32 (precision "default"/"high"), since that is the arithmetic
+   the user asked for there. scale is the per-element sum of |terms| (``_budget``); floor_i is
+   the underflow allowance (smallest normal of the dtype times the number of products).
+
+3. dlog_alpha is judged against the scale of the reverse-cumsum *identity*
+   (``log_alpha_identity``), not of the direct form alpha_t <S_{t-1}, G_t>. A kernel's interface
+   does not say which form it uses; production kernels use the identity and legitimately make
+   errors proportional to its scale, and the identity scale is never smaller than the direct one
+   (docs/budgets.md, section 3), so a direct-form kernel passes too. The price: a dlog_alpha bug
+   much smaller than the identity scale goes unseen; the direct-scale budget_ulps is reported
+   beside it for that reason (``budget_ulps_direct`` in the engine's records, when it has it).
+
+4. Rule. An output passes when it has no non-finite value and budget_ulps <= budget_bound(...),
+   the worst-case rounding-error bound (gamma_n = n u / (1 - n u)) of a correct kernel whose
+   structure is given by ``chunk_size``: C for a chunked kernel that accumulates log_alpha from
+   each chunk's start, 1 for a step-by-step scan, None when unknown (the larger of the two
+   extremes C = 1 and C = T). Being worst-case, it passes every correct kernel; it catches any
+   bug whose error exceeds that multiple of u * scale: structural bugs (errors O(scale), i.e.
+   ~1/u ulps) everywhere, precision bugs (TF32 matmuls, bfloat16 states: 2^13 to 2^16 ulps of
+   float32) where the bound is small: weak decay and small sizes.
+
+The constants sit in glaref/tolerances.py ("budget_*" entries), each with its reason.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._inputs import Dims
+from .tolerances import UNIT_ROUNDOFF, tol
+
+OUTPUTS = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
+
+
+def _check_output(output: str) -> None:
+    if output not in OUTPUTS:
+        raise ValueError(f"output: got {output!r}, expected one of {OUTPUTS}")
+
+
+def _check_dtype(compute_dtype: str) -> float:
+    try:
+        return UNIT_ROUNDOFF[compute_dtype]
+    except KeyError:
+        raise ValueError(f"compute_dtype: got {compute_dtype!r}, expected one of "
+                         f"{sorted(UNIT_ROUNDOFF)}") from None
+
+
+def _chunk(chunk_size, T: int) -> int:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        raise ValueError(f"chunk_size: got {chunk_size!r}, expected a positive integer or None")
+    return int(min(chunk_size, max(T, 1)))
+
+
+def gate_mass(log_alpha, chunk_size: int) -> float:
+    """Lambda_C: the largest sum of |log_alpha| over one chunk of ``chunk_size`` steps (chunks
+    start at t = 0, as a chunked kernel cuts them), over every batch and head. log_alpha: (B, H, T)."""
+    la = np.abs(np.asarray(log_alpha, dtype=np.float64))
+    if la.ndim != 3:
+        raise ValueError(f"log_alpha: got shape {la.shape}, expected (B, H, T)")
+    T = la.shape[2]
+    if la.size == 0:
+        return 0.0
+    C = _chunk(chunk_size, T)
+    N = -(-T // C)
+    pad = np.zeros(la.shape[:2] + (N * C - T,))
+    return float(np.concatenate([la, pad], axis=2).reshape(la.shape[:2] + (N, C)).sum(-1).max())
+
+
+def positive_mass(log_alpha) -> float:
+    """The largest sum over the whole sequence of max(log_alpha, 0), over every batch and head."""
+    la = np.asarray(log_alpha, dtype=np.float64)
+    if la.size == 0:
+        return 0.0
+    return float(np.maximum(la, 0.0).sum(axis=-1).max())
+
+
+def accumulation_depth(output: str, dims: Dims, chunk_size: int) -> float:
+    """n of gamma_n for ``output`` of a chunked kernel with chunks of ``chunk_size`` steps
+    (1: step by step), excluding the gate-exponent term (docs/budgets.md, section 2).
+
+    With a = budget_step_ops roundings per recurrence step or chunk hand-over, N = ceil(T/C) and
+    r = H/G heads per group, the state and its cotangent carry d_S = C + a N; then
+    o: dk + d_S + a; h_T: d_S; dq, dk: dv + d_S + a + r; dv: dk + d_S + a; dh0: d_S + a;
+    dlog_alpha: T + a + max(dk + dv + d_S + a + r, dk dv + d_S).
+    """
+    _check_output(output)
+    a = tol("budget_step_ops")
+    T, dk, dv = dims.T, dims.dk, dims.dv
+    r = dims.H // max(dims.G, 1)
+    C = _chunk(chunk_size, T)
+    N = -(-max(T, 1) // C)
+    d_S = C + a * N
+    return {
+        "o": dk + d_S + a,
+        "h_T": d_S,
+        "q": dv + d_S + a + r,
+        "k": dv + d_S + a + r,
+        "v": dk + d_S + a,
+        "h0": d_S + a,
+        "log_alpha": T + a + max(dk + dv + d_S + a + r, dk * dv + d_S),
+    }[output]
+
+
+def _bound_for_chunk(output: str, dims: Dims, C: int, log_alpha) -> float:
+    # Gate term: each exp(b_i - b_j) is formed from chunk-local cumulative sums whose absolute
+    # error is <= gamma_C * Lambda_C, plus the rounding of the difference itself and exp's own
+    # error: relative error <= (budget_gate_factor * (C + 1) * Lambda_C + 1) u per factor.
+    # Growth (log_alpha > 0) is not damped: a term spanning several chunks carries every spanned
+    # chunk's exponent error, so the whole positive mass of the sequence is added.
+    lam = gate_mass(log_alpha, C) + positive_mass(log_alpha)
+    g = tol("budget_gate_factor") * (C + 1) * lam + 1.0
+    return accumulation_depth(output, dims, C) + g
+
+
+def budget_bound(output: str, compute_dtype: str, dims: Dims, chunk_size: int | None = None, *,
+                 log_alpha) -> float:
+    """The largest budget_ulps a correct kernel can show on ``output`` (in ulps of the compute
+    dtype's u). ``log_alpha``: the (B, H, T) gates the kernel received (canonical layout),
+    needed for the gate-exponent term. chunk_size: C of a chunked kernel, 1 for a scan, None when
+    unknown (the larger of C = 1 and C = T).
+
+    n = accumulation_depth + gate term; the bound is gamma_n / u = n / (1 - n u), infinite when
+    n u >= 1 (the dtype cannot resolve that accumulation at all: nothing can be concluded).
+    """
+    _check_output(output)
+    u = _check_dtype(compute_dtype)
+    T = dims.T
+    if chunk_size is None:
+        n = max(_bound_for_chunk(output, dims, 1, log_alpha),
+                _bound_for_chunk(output, dims, max(T, 1), log_alpha))
+    else:
+        n = _bound_for_chunk(output, dims, _chunk(chunk_size, T), log_alpha)
+    return math.inf if n * u >= 1.0 else n / (1.0 - n * u)
+
+
+def judge(output: str, budget_ulps: float | None, rel_err: float | None, nonfinite: int,
+          compute_dtype: str, dims: Dims, chunk_size: int | None = None, *, log_alpha,
+          first_nonfinite=None) -> tuple[bool, str]:
+    """Verdict on one output: ``(ok, reason)``; reason names the output and the failing figure.
+
+    Fails on any non-finite value (counted in ``nonfinite``, first index ``first_nonfinite``) and
+    when budget_ulps exceeds ``budget_bound``. rel_err is informative only (reported in the
+    reason); the budget decides, because a normwise relative error mixes well- and
+    ill-conditioned elements.
+    """
+    _check_output(output)
+    if nonfinite:
+        where = "" if first_nonfinite is None else f", first at {tuple(first_nonfinite)}"
+        return False, f"{output}: {nonfinite} non-finite value(s){where}"
+    if budget_ulps is None or not math.isfinite(budget_ulps):
+        return False, f"{output}: budget_ulps is {budget_ulps} (error where the scale is zero)"
+    bound = budget_bound(output, compute_dtype, dims, chunk_size, log_alpha=log_alpha)
+    rel = "" if rel_err is None else f", rel_err {rel_err:.3g}"
+    if budget_ulps > bound:
+        return False, (f"{output}: budget_ulps {budget_ulps:.4g} > bound {bound:.4g} "
+                       f"({compute_dtype}, chunk_size={chunk_size}{rel})")
+    return True, f"{output}: budget_ulps {budget_ulps:.4g} <= bound {bound:.4g}{rel}"
