@@ -1,0 +1,269 @@
+"""The audit engine through its Python face, ``glaref.audit(...)``, on small shapes.
+
+Expected figures come from outside the engine: jax run by hand on the same inputs and compared
+with glaref.forward/vjp, exact defects of known size (o * 1.01), NaNs planted at known indices.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+import audit_kernels as ak  # noqa: E402
+import glaref  # noqa: E402
+from glaref import _metrics  # noqa: E402
+from glaref._inputs import Dims  # noqa: E402
+from glaref.audit import AuditUsageError, summary  # noqa: E402
+from glaref.regimes import make_inputs  # noqa: E402
+from glaref.tolerances import UNIT_ROUNDOFF, tol  # noqa: E402
+
+pytestmark = pytest.mark.jax
+
+TINY = {"tiny": (1, 1, 2, 8, 4)}          # B, G, H, dk, dv
+GQA = {"gqa": (2, 2, 4, 8, 6)}            # G < H, dk != dv
+FAST = dict(repeats=1, oracle_impl="numpy")
+SEED_JSON = Path(__file__).resolve().parents[2] / "shared" / "reference" / "seed_benchmark_cpu.json"
+
+# The seed report's keys (from ../shared/reference/seed_benchmark_cpu.json), written out so the
+# test does not need the file; when the file is there, a test checks these against it.
+SEED_FWD = {"impl", "mode", "config", "batch", "groups", "heads", "seq", "dk", "dv", "compile_s",
+            "inner", "median_ms", "q1_ms", "q3_ms", "xla_temp_mb", "xla_arg_mb", "xla_out_mb",
+            "rel_err"}
+SEED_FWD_BWD = SEED_FWD | {"residual_mb", "rel_err_grads"}
+SEED_SKIPPED = {"impl", "mode", "config", "batch", "groups", "heads", "seq", "dk", "dv", "skipped"}
+SEED_GRADS = {"q", "k", "v", "log_alpha", "h0"}
+SEED_DEVICE = {"jax", "backend", "devices", "python", "device_kind", "gpu", "driver",
+               "gpu_memory_gb", "torch", "torch_cuda"}
+SEED_CONFIG = {"device", "configs", "seq_lens", "impls", "repeats"}
+OUR_ADDITIONS = {"rel_err_out", "max_abs_err", "budget_ulps", "budget_ulps_direct", "nonfinite",
+                 "nonfinite_first_index", "dtype", "compute_dtype", "precision", "layout",
+                 "regime", "seed", "scale", "final_state", "ok", "failures", "oracle_ms"}
+
+
+def _nrel(x, ref):
+    return float(np.linalg.norm((np.asarray(x, np.float64) - ref).ravel()) / np.linalg.norm(ref.ravel()))
+
+
+def _rounded(p, dtype):
+    r = lambda x: np.asarray(x).astype(dtype).astype(np.float64)  # noqa: E731
+    return p._replace(q=r(p.q), k=r(p.k), v=r(p.v), log_alpha=r(p.log_alpha), h0=r(p.h0),
+                      do=r(p.do), dh_T=r(p.dh_T))
+
+
+# ---------------------------------------------------------------- figures against an outside computation
+
+def test_errors_match_a_hand_run_of_jax_against_the_oracle():
+    recs = glaref.audit([ak.scan_kernel_final], GQA, [19], **FAST)
+    assert [r["mode"] for r in recs] == ["fwd", "fwd_bwd"]
+    assert all(r["ok"] for r in recs), [r.get("failures") for r in recs]
+
+    # the same problem, run by hand: float32 inputs, jax.vjp, float64 oracle on the rounded inputs
+    p = _rounded(make_inputs("standard", Dims(2, 2, 4, 19, 8, 6), 0), np.float32)
+    args = [jnp.asarray(x, jnp.float32) for x in (p.q, p.k, p.v, p.log_alpha, p.h0)]
+    (o, h_T), pull = jax.vjp(ak.scan_kernel_final, *args)
+    grads = pull((jnp.asarray(p.do, jnp.float32), jnp.asarray(p.dh_T, jnp.float32)))
+    o_ref, hT_ref = glaref.forward(p.q, p.k, p.v, p.log_alpha, p.h0, impl="numpy")
+    g_ref = glaref.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, impl="numpy")
+
+    fwd, bwd = recs
+    assert fwd["rel_err_out"]["o"] == pytest.approx(_nrel(o, o_ref), rel=1e-6)
+    assert fwd["rel_err_out"]["h_T"] == pytest.approx(_nrel(h_T, hT_ref), rel=1e-6)
+    for name, g, gr in zip(glaref.Grads._fields, grads, g_ref):
+        assert bwd["rel_err_grads"][name] == pytest.approx(_nrel(g, gr), rel=1e-6), name
+    assert bwd["rel_err"] == max(list(bwd["rel_err_grads"].values()) + list(bwd["rel_err_out"].values()))
+    # errors of a float32 recurrence are float32-sized but not zero: the comparison is real
+    assert 0 < fwd["rel_err_out"]["o"] <= tol("audit_rel_err_float32")
+
+
+def test_a_kernel_returning_o_only_gets_no_dh_T():
+    # with dh_T = 0 the reference gradients differ from those with dh_T; the audit must use the former
+    recs = glaref.audit([ak.scan_kernel], TINY, [9], ["fwd_bwd"], **FAST)
+    (r,) = recs
+    assert r["ok"] and r["final_state"] is False and set(r["rel_err_out"]) == {"o"}
+    assert r["rel_err_grads"]["h0"] <= tol("audit_rel_err_float32")
+
+
+def test_a_one_percent_defect_is_measured_as_one_percent_and_fails():
+    (r,) = glaref.audit([ak.wrong_kernel], TINY, [9], ["fwd"], **FAST)
+    assert r["rel_err_out"]["o"] == pytest.approx(0.01, abs=1.01 * tol("audit_rel_err_float32"))
+    assert r["ok"] is False and r["failures"][0].startswith("o: rel_err")
+    assert summary([r])[0] == 1
+
+
+def test_nan_outputs_are_counted_and_located_in_the_kernels_layout(tmp_path):
+    out = tmp_path / "r.json"
+    recs = glaref.audit([ak.nan_kernel_bthd], TINY, [9], layout="bthd", json_path=out, **FAST)
+    for r in recs:
+        assert r["ok"] is False
+        assert r["nonfinite"]["o"] == 2
+        assert r["nonfinite_first_index"]["o"] == [0, 5, 1, 0]      # (b, t, h, dv) as returned
+        assert r["nonfinite"]["h_T"] == 0 and "h_T" not in r["nonfinite_first_index"]
+        assert "non-finite" in r["failures"][0]
+    doc = json.loads(out.read_text())          # strict JSON: NaN figures are written as null
+    assert doc["results"][0]["rel_err_out"]["o"] is None
+    assert summary(recs)[0] == 1
+
+
+def test_bthd_layout_kernel_passes_and_matches_bhtd():
+    a = glaref.audit([ak.scan_kernel_bthd], GQA, [12], layout="bthd", **FAST)
+    b = glaref.audit([ak.scan_kernel_final], GQA, [12], layout="bhtd", **FAST)
+    assert all(r["ok"] for r in a + b)
+    for ra, rb in zip(a, b):
+        for key in ("rel_err_out", "rel_err_grads"):
+            for name, x in (ra.get(key) or {}).items():
+                assert x == pytest.approx(rb[key][name], rel=1e-3, abs=tol("audit_rel_err_float32")), name
+
+
+def test_scale_reaches_a_kernel_that_takes_it():
+    (r,) = glaref.audit([ak.scaled_kernel], TINY, [9], ["fwd"], scale=0.25, **FAST)
+    assert r["ok"], r["failures"]
+    (bad,) = glaref.audit([ak.scan_kernel], TINY, [9], ["fwd"], scale=0.25, **FAST)
+    assert bad["ok"] is False      # applies no scale: 0.25 * o expected, o returned
+
+
+def test_bfloat16_inputs_reach_the_kernel_and_the_oracle_sees_the_same_rounded_values():
+    (r,) = glaref.audit([ak.bf16_only_kernel], TINY, [9], ["fwd"], dtype="bfloat16", **FAST)
+    assert "skipped" not in r, r.get("skipped")
+    assert r["dtype"] == "bfloat16" and r["compute_dtype"] == "bfloat16"
+    # a float32 computation on the bf16 inputs: float32-sized error, far below bfloat16's u
+    assert r["rel_err_out"]["o"] <= tol("audit_rel_err_float32")
+    assert r["rel_err_out"]["o"] < UNIT_ROUNDOFF["bfloat16"] / 100
+
+
+def test_float64_enables_x64_for_the_run():
+    recs = glaref.audit([ak.scan_kernel_final], TINY, [9], dtype="float64", **FAST)
+    assert all(r["ok"] and r["compute_dtype"] == "float64" for r in recs)
+    assert max(r["rel_err"] for r in recs) <= tol("audit_rel_err_float64")
+    assert jnp.zeros(1).dtype == jnp.float32          # x64 was scoped to the audit
+
+
+# ---------------------------------------------------------------- residual memory
+
+def test_residual_mb_is_zero_for_custom_vjp_and_every_state_for_plain_autodiff():
+    B, G, H, dk, dv = TINY["tiny"]
+    T = 16
+    cv, plain = glaref.audit([ak.custom_vjp_kernel, ak.scan_kernel_final], TINY, [T],
+                             ["fwd_bwd"], **FAST)
+    assert cv["ok"] and plain["ok"]
+    assert cv["residual_mb"] == 0.0
+    states = B * H * T * dk * dv * 4 / 2**20          # one float32 state per step, in MiB
+    assert plain["residual_mb"] >= states
+
+
+# ---------------------------------------------------------------- a kernel that raises / is interrupted
+
+def test_a_raising_kernel_is_skipped_and_the_audit_goes_on():
+    recs = glaref.audit([ak.raising_kernel], TINY, [9, 20, 11], ["fwd"], **FAST)
+    assert [r["seq"] for r in recs] == [9, 20, 11]
+    assert recs[1]["skipped"] == "ValueError: unsupported shape: T=20" and recs[1]["ok"] is None
+    assert recs[0]["ok"] and recs[2]["ok"]
+    code, line = summary(recs)
+    assert code == 0 and "1 skipped" in line
+
+
+def test_an_interrupted_audit_keeps_the_rows_it_measured(tmp_path):
+    out = tmp_path / "partial.json"
+    with pytest.raises(KeyboardInterrupt):
+        glaref.audit([ak.interrupting_kernel], TINY, [9, 20], ["fwd", "fwd_bwd"], json_path=out, **FAST)
+    doc = json.loads(out.read_text())
+    assert [(r["seq"], r["mode"]) for r in doc["results"]] == [(9, "fwd"), (9, "fwd_bwd")]
+    assert all(r["ok"] for r in doc["results"])
+    assert not [f for f in os.listdir(tmp_path) if f != "partial.json"]   # no temp file left
+
+
+def test_memory_guard_skips_a_row_that_cannot_fit(monkeypatch):
+    from glaref.audit import _device
+    monkeypatch.setattr(_device, "available_bytes", lambda device: 1)
+    (r,) = glaref.audit([ak.scan_kernel], TINY, [9], ["fwd"], **FAST)
+    assert r["skipped"].startswith("needs ") and r["ok"] is None and r["xla_temp_mb"] is not None
+
+
+# ---------------------------------------------------------------- schema
+
+def test_json_schema_is_the_seeds_plus_our_additions(tmp_path):
+    out = tmp_path / "r.json"
+    glaref.audit([ak.scan_kernel_final, ak.raising_kernel], TINY, [20], json_path=out, **FAST)
+    doc = json.loads(out.read_text())
+    assert set(doc) == {"device", "config", "results"}
+    assert SEED_DEVICE <= set(doc["device"]) and {"x64", "matmul_precision"} <= set(doc["device"])
+    assert SEED_CONFIG <= set(doc["config"])
+    by = {(r["impl"].rsplit(".", 1)[-1], r["mode"]): r for r in doc["results"]}
+    assert set(by["scan_kernel_final", "fwd"]) == SEED_FWD | OUR_ADDITIONS
+    assert set(by["scan_kernel_final", "fwd_bwd"]) == SEED_FWD_BWD | OUR_ADDITIONS
+    assert set(by["scan_kernel_final", "fwd_bwd"]["rel_err_grads"]) == SEED_GRADS
+    skipped = by["raising_kernel", "fwd"]
+    assert SEED_SKIPPED <= set(skipped) and "rel_err" not in skipped
+
+
+@pytest.mark.skipif(not SEED_JSON.exists(), reason="the seed report is not on this machine")
+def test_seed_key_sets_written_here_are_the_seed_reports():
+    doc = json.loads(SEED_JSON.read_text())
+    assert set(doc["device"]) == SEED_DEVICE and set(doc["config"]) == SEED_CONFIG
+    kinds = {("skipped" in r, r["mode"]): set(r) for r in doc["results"]}
+    assert kinds == {(False, "fwd"): SEED_FWD, (False, "fwd_bwd"): SEED_FWD_BWD,
+                     (True, "fwd"): SEED_SKIPPED, (True, "fwd_bwd"): SEED_SKIPPED}
+
+
+# ---------------------------------------------------------------- the built-in kernels, specs, usage
+
+def test_builtin_kernels_pass_every_output_and_chunked_saves_no_residuals():
+    recs = glaref.audit(None, GQA, [70], **FAST)
+    assert {r["impl"] for r in recs} == {"chunked", "scan"}
+    assert all(r["ok"] for r in recs), [r.get("failures") or r.get("skipped") for r in recs]
+    assert all(r["final_state"] for r in recs)
+    fb = {r["impl"]: r for r in recs if r["mode"] == "fwd_bwd"}
+    assert fb["chunked"]["residual_mb"] == 0.0 and fb["scan"]["residual_mb"] > 0
+
+
+def test_module_and_file_specs_load_the_same_kernel():
+    path = Path(ak.__file__)
+    a = glaref.audit(["audit_kernels:scan_kernel", f"{path}:scan_kernel"], TINY, [9], ["fwd"], **FAST)
+    assert [r["impl"] for r in a] == ["audit_kernels:scan_kernel", f"{path}:scan_kernel"]
+    assert a[0]["rel_err"] == a[1]["rel_err"] and a[0]["ok"]
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    (dict(preset="huge"), "preset"), (dict(configs="1,2"), "config"), (dict(configs="nope"), "config"),
+    (dict(modes="bwd"), "mode"), (dict(dtype="int8"), "dtype"), (dict(precision="tf32"), "precision"),
+    (dict(seqs="0"), "seq"), (dict(layout="tbhd"), "layout"), (dict(regimes="wild"), "regime"),
+    (dict(impls="no_such_module_xyz:f"), "impl"), (dict(impls="missing_file.py:f"), "impl"),
+    (dict(impls="justaname"), "impl"), (dict(repeats=0), "repeats"),
+])
+def test_bad_arguments_are_usage_errors_naming_the_argument(kwargs, word):
+    with pytest.raises(AuditUsageError, match=word):
+        glaref.audit(**{"configs": TINY, "seqs": [9], **kwargs})
+
+
+def test_glaref_audit_is_callable_before_and_after_the_subpackage_is_imported():
+    import importlib
+    mod = importlib.import_module("glaref.audit")
+    assert callable(glaref.audit) and callable(mod)
+    (r,) = mod([ak.scan_kernel], TINY, [5], ["fwd"], **FAST)
+    assert r["ok"]
+
+
+# ---------------------------------------------------------------- metrics
+
+def test_metrics_on_known_values():
+    ref = np.array([3.0, 4.0])
+    assert _metrics.rel_err(np.array([3.0, 4.5]), ref) == 0.1
+    assert _metrics.rel_err(np.zeros(2), np.zeros(2)) == 0.0
+    assert _metrics.rel_err(np.ones(2), np.zeros(2)) == math.inf
+    assert math.isnan(_metrics.rel_err(np.array([np.nan, 4.0]), ref))
+    assert _metrics.max_abs_err(np.array([3.0, 4.5]), ref) == 0.5
+    # exact elements count 0 even where the scale is 0; an error where the scale is 0 is inf
+    assert _metrics.budget_ulps(np.array([3.0, 4.5]), ref, np.array([0.0, 2.0]), 0.25) == 1.0
+    assert _metrics.budget_ulps(np.array([3.5, 4.0]), ref, np.array([0.0, 2.0]), 0.25) == math.inf
+    assert _metrics.nonfinite(np.array([[1.0, 2.0], [np.inf, np.nan]])) == (2, [1, 0])
+    assert _metrics.nonfinite(ref) == (0, None)
+    assert _metrics.compute_dtype("float32", "default", "gpu") == "tf32"
+    assert _metrics.compute_dtype("float32", "highest", "gpu") == "float32"
+    assert _metrics.compute_dtype("float32", "default", "cpu") == "float32"

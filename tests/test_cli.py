@@ -1,0 +1,131 @@
+"""``glaref audit`` on the command line: exit codes, table, JSON, plot, the GPU script on CPU.
+
+Most runs call ``glaref.cli.main(argv)`` in-process (jax is imported once); one runs
+``python -m glaref`` in a subprocess, and one runs tools/gpu_audit.sh.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("jax")
+
+from glaref.cli import main  # noqa: E402
+
+pytestmark = pytest.mark.jax
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = Path(__file__).resolve().parent / "audit_kernels.py"
+TINY = ["--config", "1,1,2,8,4", "--seq", "9", "--repeats", "1", "--oracle", "numpy"]
+
+
+def run(capsys, *args):
+    code = main(["audit", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def kernel(name: str) -> str:
+    return f"{KERNELS}:{name}"
+
+
+def test_exit_0_prints_the_table_and_writes_the_json(capsys, tmp_path):
+    out_json = tmp_path / "r.json"
+    code, out, err = run(capsys, "--impl", kernel("scan_kernel_final"), *TINY, "--json", str(out_json))
+    assert code == 0, out + err
+    lines = out.splitlines()
+    assert lines[1].split()[:4] == ["impl", "mode", "config", "T"]
+    rows = [ln for ln in lines if ln.startswith(kernel("scan_kernel_final"))]
+    assert len(rows) == 2 and all(ln.rstrip().endswith("ok") for ln in rows)
+    assert any(ln.startswith("OK: 2 rows within tolerance") for ln in lines)
+    doc = json.loads(out_json.read_text())
+    assert [r["mode"] for r in doc["results"]] == ["fwd", "fwd_bwd"]
+    assert doc["config"]["configs"] == {"b1g1h2_dk8_dv4": [1, 1, 2, 8, 4]}
+    assert err == ""                      # progress only when stderr is a terminal
+
+
+def test_exit_1_for_a_wrong_kernel_and_exit_zero_overrides(capsys):
+    code, out, _ = run(capsys, "--impl", kernel("wrong_kernel"), *TINY, "--mode", "fwd")
+    assert code == 1
+    assert "FAIL: 1 of 1 rows" in out and "o: rel_err" in out
+    code, _, _ = run(capsys, "--impl", kernel("wrong_kernel"), *TINY, "--mode", "fwd", "--exit-zero")
+    assert code == 0
+
+
+def test_exit_1_for_a_nan_kernel_without_crashing(capsys):
+    code, out, _ = run(capsys, "--impl", kernel("nan_kernel_bthd"), "--layout", "bthd", *TINY)
+    assert code == 1
+    assert "o: 2 non-finite value(s), first at [0, 5, 1, 0]" in out
+
+
+def test_a_raising_kernel_is_reported_skipped_beside_a_passing_one(capsys):
+    code, out, _ = run(capsys, "--impl", f"{kernel('raising_kernel')},{kernel('scan_kernel')}",
+                       "--config", "1,1,2,8,4", "--seq", "20", "--repeats", "1", "--oracle",
+                       "numpy", "--mode", "fwd")
+    assert code == 0
+    assert "skipped: ValueError: unsupported shape: T=20" in out
+    assert "OK: 1 rows within tolerance, 1 skipped" in out
+
+
+@pytest.mark.parametrize("args", [
+    ["--no-such-flag"], ["--mode", "backward"], ["--config", "1,2,3"], ["--config", "nope"],
+    ["--preset", "huge"], ["--impl", "missing_file.py:f"], ["--dtype", "int8"], ["--seq", "x"],
+    ["--repeats", "two"],
+])
+def test_exit_2_for_usage_errors_with_one_line_reason(capsys, args):
+    code, out, err = run(capsys, *args)
+    assert code == 2
+    assert "error:" in err.splitlines()[-1]
+
+
+def test_exit_2_without_a_command(capsys):
+    assert main([]) == 2
+    assert "a command is required" in capsys.readouterr().err
+
+
+def test_exit_3_when_the_backend_is_missing(capsys):
+    import jax
+    if any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("this machine has a GPU")
+    code, _, err = run(capsys, *TINY, "--backend", "gpu")
+    assert code == 3
+    assert err.startswith("glaref audit: error: backend 'gpu' is not available here")
+
+
+def test_python_dash_m_glaref_is_the_same_command():
+    import jax
+    if any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("this machine has a GPU")
+    r = subprocess.run([sys.executable, "-m", "glaref", "audit", "--backend", "gpu"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 3
+    assert len(r.stderr.strip().splitlines()) == 1 and "not available" in r.stderr
+
+
+def test_plot_is_written(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "audit.png"
+    code, out, _ = run(capsys, "--impl", f"{kernel('scan_kernel_final')},{kernel('custom_vjp_kernel')}",
+                       "--config", "1,1,2,8,4", "--seq", "9,17", "--repeats", "1", "--oracle", "numpy",
+                       "--plot", str(png))
+    assert code == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_gpu_audit_script_runs_both_precisions_on_cpu(tmp_path):
+    env = {**os.environ, "BACKEND": "cpu", "OUTDIR": str(tmp_path), "PYTHON": sys.executable}
+    r = subprocess.run(["bash", str(ROOT / "tools" / "gpu_audit.sh"), "--impl", kernel("scan_kernel"),
+                        *TINY, "--mode", "fwd"], capture_output=True, text=True, cwd=ROOT,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for precision in ("default", "highest"):
+        doc = json.loads((tmp_path / f"cpu_{precision}.json").read_text())
+        assert doc["config"]["precision"] == precision
+        assert doc["device"]["matmul_precision"] == precision and doc["device"]["backend"] == "cpu"
+        assert len(doc["results"]) == 1 and doc["results"][0]["ok"]
