@@ -33,6 +33,14 @@ Decisions (the audit engine and the tests follow them; docs/budgets.md derives t
    ~1/u ulps) everywhere, precision bugs (TF32 matmuls, bfloat16 states: 2^13 to 2^16 ulps of
    float32) where the bound is small: weak decay and small sizes.
 
+5. Mixed precision. With 16-bit inputs the all-16-bit worst case (n u with u = 2^-8) exceeds 1
+   on any realistic size and the bound is infinite: only non-finite values fail. A kernel that
+   keeps its accumulations and carried states in float32 and rounds to the 16-bit format only
+   matmul operands and its results is judged with ``accumulate_dtype="float32"``: a handful of
+   16-bit roundings plus float32 accumulation (docs/budgets.md, section 5). glaref's own kernels
+   make that promise (glaref.kernels docstring); a user kernel is judged that way only when the
+   user says so.
+
 The constants sit in glaref/tolerances.py ("budget_*" entries), each with its reason.
 """
 
@@ -129,14 +137,20 @@ def _bound_for_chunk(output: str, dims: Dims, C: int, log_alpha) -> float:
 
 
 def budget_bound(output: str, compute_dtype: str, dims: Dims, chunk_size: int | None = None, *,
-                 log_alpha) -> float:
+                 log_alpha, accumulate_dtype: str | None = None) -> float:
     """The largest budget_ulps a correct kernel can show on ``output`` (in ulps of the compute
     dtype's u). ``log_alpha``: the (B, H, T) gates the kernel received (canonical layout),
     needed for the gate-exponent term. chunk_size: C of a chunked kernel, 1 for a scan, None when
     unknown (the larger of C = 1 and C = T).
 
-    n = accumulation_depth + gate term; the bound is gamma_n / u = n / (1 - n u), infinite when
-    n u >= 1 (the dtype cannot resolve that accumulation at all: nothing can be concluded).
+    ``accumulate_dtype`` None: every operation may round to the compute dtype, and the bound is
+    gamma_n / u = n / (1 - n u) with n = accumulation_depth + gate term (infinite when n u >= 1:
+    the dtype cannot resolve that accumulation and nothing can be concluded). Given (e.g.
+    "float32" for a bfloat16 kernel), the kernel promises to hold every accumulation, carried
+    state, cumulative gate and cotangent in that dtype and to round to the compute dtype only
+    matmul operands and the returned values: at most ``budget_narrow_roundings`` roundings of u
+    on a term's path, plus n roundings of the accumulation dtype's u_acc:
+    bound = (m u + gamma_n(u_acc)) / u.
     """
     _check_output(output)
     u = _check_dtype(compute_dtype)
@@ -146,18 +160,30 @@ def budget_bound(output: str, compute_dtype: str, dims: Dims, chunk_size: int | 
                 _bound_for_chunk(output, dims, max(T, 1), log_alpha))
     else:
         n = _bound_for_chunk(output, dims, _chunk(chunk_size, T), log_alpha)
-    return math.inf if n * u >= 1.0 else n / (1.0 - n * u)
+    if accumulate_dtype is None or accumulate_dtype == compute_dtype:
+        return math.inf if n * u >= 1.0 else n / (1.0 - n * u)
+    u_acc = _check_dtype(accumulate_dtype)
+    if u_acc > u:
+        raise ValueError(f"accumulate_dtype: got {accumulate_dtype!r}, expected a format at least "
+                         f"as precise as compute_dtype {compute_dtype!r}")
+    m = tol("budget_narrow_roundings")
+    if n * u_acc >= 1.0:
+        return math.inf
+    # (1 + u)^m (1 + gamma_n(u_acc)) - 1 <= gamma_m(u) + gamma_n(u_acc) + cross term, in units of u
+    g_m = m * u / (1.0 - m * u)
+    g_n = n * u_acc / (1.0 - n * u_acc)
+    return (g_m + g_n + g_m * g_n) / u
 
 
 def judge(output: str, budget_ulps: float | None, rel_err: float | None, nonfinite: int,
           compute_dtype: str, dims: Dims, chunk_size: int | None = None, *, log_alpha,
-          first_nonfinite=None) -> tuple[bool, str]:
+          accumulate_dtype: str | None = None, first_nonfinite=None) -> tuple[bool, str]:
     """Verdict on one output: ``(ok, reason)``; reason names the output and the failing figure.
 
     Fails on any non-finite value (counted in ``nonfinite``, first index ``first_nonfinite``) and
     when budget_ulps exceeds ``budget_bound``. rel_err is informative only (reported in the
     reason); the budget decides, because a normwise relative error mixes well- and
-    ill-conditioned elements.
+    ill-conditioned elements. Other arguments as for ``budget_bound``.
     """
     _check_output(output)
     if nonfinite:
@@ -165,9 +191,11 @@ def judge(output: str, budget_ulps: float | None, rel_err: float | None, nonfini
         return False, f"{output}: {nonfinite} non-finite value(s){where}"
     if budget_ulps is None or not math.isfinite(budget_ulps):
         return False, f"{output}: budget_ulps is {budget_ulps} (error where the scale is zero)"
-    bound = budget_bound(output, compute_dtype, dims, chunk_size, log_alpha=log_alpha)
+    bound = budget_bound(output, compute_dtype, dims, chunk_size, log_alpha=log_alpha,
+                         accumulate_dtype=accumulate_dtype)
     rel = "" if rel_err is None else f", rel_err {rel_err:.3g}"
     if budget_ulps > bound:
+        acc = "" if accumulate_dtype is None else f", accumulating in {accumulate_dtype}"
         return False, (f"{output}: budget_ulps {budget_ulps:.4g} > bound {bound:.4g} "
-                       f"({compute_dtype}, chunk_size={chunk_size}{rel})")
+                       f"({compute_dtype}{acc}, chunk_size={chunk_size}{rel})")
     return True, f"{output}: budget_ulps {budget_ulps:.4g} <= bound {bound:.4g}{rel}"

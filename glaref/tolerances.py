@@ -80,6 +80,14 @@ TOLERANCES: dict[str, Tolerance] = {
         "do): two evaluations within 100 u each plus <= 80 u of a chunked oracle's cumulative "
         "log-decays on the trust shapes with standard gates; rounded up to 300 u.",
     ),
+    "trust_multichunk": Tolerance(
+        2000 * U64,
+        "The trust checks (complex step, mpmath, jax scan) on the sizes that cross the Numba "
+        "oracle's 64-step chunks: T <= 160, dk, dv <= 4, N <= 4096. Per float64 evaluation "
+        "n <= 4*160 + 4 + 4 + 12 + 8 = 668 roundings (derivation above); a comparison involves at "
+        "most three evaluations' worth (complex step: 2 for the complex side + 1 for vjp): "
+        "~ 2000 u. Still ~1e-13 of the term scale: any wrong term shows as O(1).",
+    ),
     "dlog_alpha_identity": Tolerance(
         300 * U64,
         "|identity - direct dlog_alpha| over (identity's term scale + direct's term scale). The "
@@ -147,6 +155,16 @@ TOLERANCES.update({
         "|log_alpha| over a chunk of C steps), so the exponent's error is <= 2 (C + 1) Lambda_C u "
         "including the rounding of the difference; exp turns an absolute exponent error into the "
         "same relative error of the factor (docs/budgets.md, sec. 2).",
+    ),
+    "budget_narrow_roundings": Tolerance(
+        6,
+        "Mixed precision (16-bit inputs, accumulate_dtype float32): roundings to the 16-bit "
+        "compute format on one term's path when only matmul operands and results are stored "
+        "narrow. Longest path is the backward's: do . v^T scores rounded as an operand (1), "
+        "those times k or q (operand, 1), the state or its cotangent rounded as an operand of "
+        "the inter-chunk matmul (1), and the decayed operand q exp(b) or k exp(b_last - b) (1), "
+        "the gradient rounded on return (1), and the group sum of per-head gradients if done "
+        "in the narrow format (1): 6 (docs/budgets.md, sec. 5).",
     ),
     "scale_dominates_f64": Tolerance(
         400 * U64,

@@ -283,12 +283,14 @@ def _runner(kernel: Callable):
 
 
 def check(kernel: Callable, regime: str, dims: Dims, dtype: str = "float32",
-          chunk_size: int | None = None, seed: int = 0, impl: str = "numpy") -> dict[str, dict]:
+          chunk_size: int | None = None, seed: int = 0, impl: str = "numpy",
+          accumulate_dtype: str | None = None) -> dict[str, dict]:
     """Judge ``kernel`` on every case of ``regime`` at size ``dims`` with inputs in ``dtype``.
 
     Returns, per output name (o, h_T, q, k, v, log_alpha, h0), the worst case over the regime's
     sizes: {"budget_ulps", "bound", "rel_err", "ok", "reason", "case"}. log_alpha is judged on the
     identity scale (glaref._verdict); "budget_ulps_direct" gives it on the direct-form scale too.
+    ``accumulate_dtype``: see ``glaref._verdict.budget_bound`` (None: all in ``dtype``).
     """
     import jax.numpy as jnp
 
@@ -312,8 +314,10 @@ def check(kernel: Callable, regime: str, dims: Dims, dtype: str = "float32",
             first = tuple(int(i) for i in np.argwhere(bad)[0]) if nonfinite else None
             rel = _rel_err(x, ref)
             ok, reason = _verdict.judge(name, ulps, rel, nonfinite, dtype, d, chunk_size,
-                                        log_alpha=la, first_nonfinite=first)
-            bound = _verdict.budget_bound(name, dtype, d, chunk_size, log_alpha=la)
+                                        log_alpha=la, accumulate_dtype=accumulate_dtype,
+                                        first_nonfinite=first)
+            bound = _verdict.budget_bound(name, dtype, d, chunk_size, log_alpha=la,
+                                          accumulate_dtype=accumulate_dtype)
             rec = {"budget_ulps": ulps, "bound": bound, "rel_err": rel, "ok": ok, "reason": reason,
                    "case": f"T={d.T} dk={d.dk} dv={d.dv}", "worst_index": where}
             if name == "log_alpha":
