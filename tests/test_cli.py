@@ -129,3 +129,28 @@ def test_gpu_audit_script_runs_both_precisions_on_cpu(tmp_path):
         assert doc["config"]["precision"] == precision
         assert doc["device"]["matmul_precision"] == precision and doc["device"]["backend"] == "cpu"
         assert len(doc["results"]) == 1 and doc["results"][0]["ok"]
+
+
+def test_bench_grid_prints_same_run_ratios_beside_the_seeds(tmp_path, capsys):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_grid", ROOT / "tools" / "bench_grid.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def row(impl, ms, resid=None):
+        r = {"impl": impl, "mode": "fwd_bwd", "config": "g1h1_d128", "seq": 512, "median_ms": ms,
+             "xla_temp_mb": 3.0, "rel_err": 1e-7}
+        if resid is not None:
+            r["residual_mb"] = resid
+        return r
+
+    ours = tmp_path / "ours.json"
+    seed = tmp_path / "seed.json"
+    ours.write_text(json.dumps({"results": [row("chunked", 10.0, 0.0), row("scan", 40.0, 259.0)]}))
+    seed.write_text(json.dumps({"results": [row("chunked", 20.0, 0.0), row("scan", 40.0, 250.0)]}))
+    assert bench.main(["--from-json", str(ours), "--seed-json", str(seed)]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("g1h1_d128")][0]
+    cells = line.replace("|", " ").split()
+    # ours 10/40, the seed's 20/40; scan residuals 259 (ours) beside 250 (seed)
+    assert cells[3:6] == ["10.00", "40.00", "0.250"] and cells[6:9] == ["20.00", "40.00", "0.500"]
+    assert cells[11:13] == ["259.0", "250.0"]
