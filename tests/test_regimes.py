@@ -1,0 +1,138 @@
+"""The stress regimes: reproducible per seed, the right shapes, the statistics they promise."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from glaref import regimes
+from glaref._inputs import Dims
+
+DIMS = Dims(B=1, G=2, H=4, T=130, dk=16, dv=8)
+FIELDS = ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")
+
+
+def _cases(name: str) -> list[Dims]:
+    return regimes.REGIMES[name].cases(DIMS)
+
+
+@pytest.mark.parametrize("name", regimes.DEFAULT_REGIMES)
+def test_reproducible_per_seed_and_seed_matters(name):
+    for d in _cases(name):
+        a = regimes.make_inputs(name, d, seed=3)
+        b = regimes.make_inputs(name, d, seed=3)
+        c = regimes.make_inputs(name, d, seed=4)
+        for f in FIELDS:
+            np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f"{name} {f}")
+        # do is random in every regime, so another seed must change it
+        assert not np.array_equal(a.do, c.do), name
+
+
+@pytest.mark.parametrize("name", regimes.DEFAULT_REGIMES)
+def test_shapes_dtypes_and_finite(name):
+    for d in _cases(name):
+        p = regimes.make_inputs(name, d, seed=0)
+        B, G, H, T, dk, dv = d.B, d.G, d.H, d.T, d.dk, d.dv
+        expected = {"q": (B, G, T, dk), "k": (B, G, T, dk), "v": (B, H, T, dv),
+                    "log_alpha": (B, H, T), "h0": (B, H, dk, dv), "do": (B, H, T, dv),
+                    "dh_T": (B, H, dk, dv)}
+        assert p.dims == d
+        for f, shape in expected.items():
+            x = getattr(p, f)
+            assert x.shape == shape, (name, f, x.shape, shape)
+            assert x.dtype == np.float64, (name, f)
+            assert np.isfinite(x).all(), (name, f)
+        # random cotangents always
+        assert np.std(p.do) > 0.5 and np.std(p.dh_T) > 0.5, name
+
+
+def test_cases():
+    assert [d.T for d in _cases("ragged")] == [1, 63, 65, 1000]
+    assert all(replace(d, T=DIMS.T) == DIMS for d in _cases("ragged"))
+    assert _cases("tiny_dims") == [replace(DIMS, dk=1, dv=1)]
+    (long,) = regimes.REGIMES["long"].cases(Dims(4, 2, 8, 512, 128, 64))
+    assert long == Dims(1, 1, 1, 65536, 16, 16)
+    assert regimes.REGIMES["long"].slow
+    assert "long" not in regimes.DEFAULT_REGIMES
+    assert set(regimes.DEFAULT_REGIMES) == set(regimes.REGIMES) - {"long"}
+    for name in ("standard", "strong_decay", "near_one", "zero_gate", "positive", "large_values",
+                 "h0_dominant", "zero_inputs"):
+        assert _cases(name) == [DIMS]
+
+
+def _p(name, d=DIMS, seed=0):
+    return regimes.make_inputs(name, d, seed)
+
+
+def test_standard_gates():
+    la = _p("standard").log_alpha
+    assert la.max() < 0
+    # logsigmoid(N(0,1)) has mean ~ -0.81 (E log(1 + e^-z)); 520 samples, std ~0.6/sqrt(520)
+    assert -0.95 < la.mean() < -0.68
+
+
+def test_strong_decay_reaches_minus_thirty():
+    la = _p("strong_decay").log_alpha
+    # logsigmoid(z)/0.1 with z the smallest of 520 normals (~ -3): ~ -30
+    assert la.max() < 0
+    assert -45 < la.min() < -20, la.min()
+    np.testing.assert_allclose(la, _p("standard").log_alpha / regimes.STRONG_DECAY_DIVISOR)
+
+
+def test_near_one_zero_gate_positive():
+    la = _p("near_one").log_alpha
+    assert la.min() >= 1.5 * regimes.NEAR_ONE_LOG_ALPHA and la.max() <= 0.5 * regimes.NEAR_ONE_LOG_ALPHA
+    assert np.all(_p("zero_gate").log_alpha == 0.0)
+    for d in (DIMS, replace(DIMS, T=1), replace(DIMS, T=4000)):
+        la = _p("positive", d).log_alpha
+        total = la.sum(axis=-1)
+        assert la.min() >= 0 and la.max() > 0
+        assert total.max() <= 2 * regimes.POSITIVE_TOTAL_MEAN      # exp(sum) <= e^4, finite
+    total = _p("positive", replace(DIMS, T=4000)).log_alpha.sum(axis=-1)
+    np.testing.assert_allclose(total, regimes.POSITIVE_TOTAL_MEAN, rtol=0.1)
+
+
+def test_large_values_and_h0_dominant():
+    big, std = _p("large_values"), _p("standard")
+    for f in ("q", "k", "v"):
+        np.testing.assert_allclose(np.std(getattr(big, f)) / np.std(getattr(std, f)),
+                                   regimes.LARGE_VALUES_SCALE, rtol=0.05)
+    assert 80 < np.std(big.v) < 120
+    h = _p("h0_dominant")
+    assert 0.8e3 < np.std(h.h0) < 1.2e3
+    # mild gates: alpha = sigmoid(z + 4) ~ 0.98 on average
+    assert 0.95 < np.exp(h.log_alpha).mean() < 0.99
+
+
+def test_zero_inputs():
+    p = _p("zero_inputs")
+    for f in ("q", "k", "v", "h0"):
+        assert not getattr(p, f).any(), f
+    assert np.std(p.do) > 0.5 and np.std(p.dh_T) > 0.5
+    assert p.log_alpha.max() < 0
+
+
+def test_h0_random_unless_the_regime_says_otherwise():
+    for name in regimes.DEFAULT_REGIMES:
+        h0 = _p(name, regimes.REGIMES[name].cases(DIMS)[0]).h0
+        if name == "zero_inputs":
+            assert not h0.any()
+        else:
+            assert np.std(h0) > 0.5, name
+
+
+def test_bad_regime_and_seed():
+    with pytest.raises(ValueError, match=r"regime: got 'nope', expected one of \[.*'standard'"):
+        regimes.make_inputs("nope", DIMS)
+    with pytest.raises(ValueError, match="seed: got -1"):
+        regimes.make_inputs("standard", DIMS, seed=-1)
+
+
+@pytest.mark.slow
+def test_long_regime_inputs():
+    (d,) = regimes.REGIMES["long"].cases(DIMS)
+    p = regimes.make_inputs("long", d, seed=0)
+    assert p.q.shape == (1, 1, 65536, d.dk) and p.log_alpha.shape == (1, 1, 65536)
+    assert np.isfinite(p.log_alpha).all()
