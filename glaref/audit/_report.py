@@ -133,50 +133,70 @@ def summary(records: list[dict[str, Any]]) -> tuple[int, str]:
 # ---------------------------------------------------------------- plot
 
 def plot(records: list[dict[str, Any]], path) -> None:
-    """Error vs seq per output/gradient (one line per impl and config) and time vs seq."""
+    """Error vs seq per output and gradient, and time vs seq, in one PNG.
+
+    Colour: the kernel (impl); marker: the config; in the time panel solid lines are fwd and
+    dashed ones fwd_bwd. The dashed grey line in each error panel is the verdict's tolerance.
+    """
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from .._metrics import rel_tolerance
 
     rows = [r for r in records if "skipped" not in r]
-    names = [n for n in ERR_COLUMNS
-             if any(n in {**r.get("rel_err_out", {}), **(r.get("rel_err_grads") or {})} for r in rows)]
+    errs = lambda r: {**r.get("rel_err_out", {}), **(r.get("rel_err_grads") or {})}  # noqa: E731
+    names = [n for n in ERR_COLUMNS if any(n in errs(r) for r in rows)]
     panels = names + ["time"]
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    configs = list(dict.fromkeys(r["config"] for r in rows))
+    colour = {i: f"C{n % 10}" for n, i in enumerate(impls)}
+    markers = "osD^v<>ph*"
+    marker = {c: markers[n % len(markers)] for n, c in enumerate(configs)}
+    has_fwd = any(r["mode"] == "fwd" for r in rows)
+
     ncol = 4
     nrow = -(-len(panels) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.4 * nrow), squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.3 * nrow + 0.8), squeeze=False)
     series: dict[tuple, list] = {}
     for r in rows:
         series.setdefault((r["impl"], r["config"], r["mode"]), []).append(r)
     for ax, panel in zip(axes.ravel(), panels):
-        for (impl, cfg, mode), rs in sorted(series.items()):
+        for (impl, cfg, mode), rs in series.items():
             rs = sorted(rs, key=lambda r: r["seq"])
+            style = dict(color=colour[impl], marker=marker[cfg], markersize=4)
             if panel == "time":
-                xs = [r["seq"] for r in rs if r.get("median_ms")]
-                ys = [r["median_ms"] for r in rs if r.get("median_ms")]
-                label = f"{impl} {mode} {cfg}"
+                pts = [(r["seq"], r.get("median_ms")) for r in rs]
+                style["linestyle"] = "-" if mode == "fwd" else "--"
             else:
-                # o and h_T from fwd rows, gradients from fwd_bwd rows: one line per impl/config
-                if panel in ("o", "h_T") and mode != "fwd" and any(k[2] == "fwd" for k in series):
+                # o and h_T from the fwd rows when there are any, gradients from fwd_bwd rows
+                if panel in ("o", "h_T") and mode != "fwd" and has_fwd:
                     continue
-                src = "rel_err_out" if panel in ("o", "h_T") else "rel_err_grads"
-                pts = [(r["seq"], (r.get(src) or {}).get(panel)) for r in rs]
-                pts = [(x, y) for x, y in pts if y is not None and math.isfinite(y)]
-                xs = [x for x, _ in pts]
-                ys = [max(y, 1e-17) for _, y in pts]     # exact zeros shown at the floor
-                label = f"{impl} {cfg}"
-            if xs:
-                ax.plot(xs, ys, marker="o", label=label)
+                pts = [(r["seq"], errs(r).get(panel)) for r in rs]
+            pts = [(x, max(y, 1e-17)) for x, y in pts if y is not None and math.isfinite(y)]
+            if pts:
+                ax.plot([x for x, _ in pts], [y for _, y in pts], **style)
+        if panel != "time":
+            for cd in sorted({r.get("compute_dtype") for r in rows if r.get("compute_dtype")}):
+                try:
+                    ax.axhline(rel_tolerance(cd), color="0.5", linestyle="--", linewidth=0.8)
+                except KeyError:
+                    pass
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("seq")
-        ax.set_title("median ms per call" if panel == "time" else f"rel_err d{panel}"
-                     if panel in ("q", "k", "v", "log_alpha", "h0") else f"rel_err {panel}")
+        grad = panel in ("q", "k", "v", "log_alpha", "h0")
+        ax.set_title("median ms per call (-- fwd_bwd)" if panel == "time" else
+                     f"rel_err d{panel}" if grad else f"rel_err {panel}")
         ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6)
     for ax in axes.ravel()[len(panels):]:
         ax.axis("off")
-    fig.tight_layout()
+    handles = [Line2D([], [], color=colour[i], label=i) for i in impls]
+    handles += [Line2D([], [], color="k", marker=marker[c], linestyle="", label=c) for c in configs]
+    handles.append(Line2D([], [], color="0.5", linestyle="--", label="tolerance"))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
