@@ -111,7 +111,8 @@ def test_zero_inputs():
     for f in ("q", "k", "v", "h0"):
         assert not getattr(p, f).any(), f
     assert np.std(p.do) > 0.5 and np.std(p.dh_T) > 0.5
-    assert p.log_alpha.max() < 0
+    # mild gates: the total decay over T = 130 keeps dh0 = (prod alpha) dh_T far from underflow
+    assert p.log_alpha.max() < 0 and p.log_alpha.sum(axis=-1).min() > -10
 
 
 def test_h0_random_unless_the_regime_says_otherwise():
