@@ -421,3 +421,56 @@ def test_jax_scan_vjp(jax_x64, case, impl):
     t = _tol("trust_jax_scan_f64", _problem(case)[0])
     bad = {n: r for n, r in res.items() if not r[0] <= t}
     assert not bad, f"oracle ({impl}) vs jax.vjp(lax.scan) f64: (scaled, normwise) = {bad}"
+
+
+# --------------------------------------------------------------------------------------------
+# `python tests/test_reference_trust.py` prints the worst measured figure of every check.
+
+def _report(impls=("numpy", "numba")) -> None:  # pragma: no cover - a reporting aid
+    import conftest
+    import test_structure as ts
+
+    def worst(rows, keys):
+        out = {}
+        for row in rows:
+            for name, r in row.items():
+                vals = [r[k] for k in keys] if isinstance(r, dict) else list(r)
+                out[name] = [max(a, b) for a, b in zip(out.get(name, [0.0] * len(vals)), vals)]
+        return out
+
+    def show(title, w):
+        cols = " | ".join(f"{n} {'/'.join(f'{x:.1e}' for x in v)}" for n, v in w.items())
+        allmax = [max(v[i] for v in w.values()) for i in range(len(next(iter(w.values()))))]
+        print(f"{title}: worst {'/'.join(f'{x:.2e}' for x in allmax)}\n    {cols}")
+
+    for impl in impls:
+        if impl == "numba" and not conftest.HAS_NUMBA_MODULE:
+            continue
+        print(f"== impl {impl}   (figures: error / term scale, then relative error)")
+        show("complex step", worst([measure_complex_step(c, impl) for c in CS_CASES], ["scaled", "rel"]))
+        show("finite differences (scaled, rel, fraction of derived bound)",
+             worst([measure_finite_difference(c, impl) for c in PROJ_CASES], ["scaled", "rel", "of_bound"]))
+        show("mpmath closed form, 50 digits (scaled, normwise rel)",
+             worst([measure_mpmath(r, s, impl) for r in MP_REGIMES for s in MP_SHAPES], [0, 1]))
+        import jax
+        old = jax.config.jax_enable_x64
+        jax.config.update("jax_enable_x64", True)
+        try:
+            show("jax.vjp of f64 lax.scan (scaled, normwise rel)",
+                 worst([measure_jax_scan(jax, c, impl) for c in JAX_CASES], [0, 1]))
+        finally:
+            jax.config.update("jax_enable_x64", old)
+        well = [ts.measure_identity(conftest.rand_problem(2, G, H, 12, 4, 3, seed=8), impl, scale=0.7)
+                for G, H in [(1, 2), (2, 4), (3, 3)]]
+        print("dlog_alpha identity, well conditioned: worst error/scale %.2e, elementwise rel %.2e"
+              % (max(r["scaled"] for r in well), max(r["rel"] for r in well)))
+        r = ts.measure_identity(conftest.rand_problem(1, 1, 2, 8, 3, 3, seed=10, log_alpha=-30.0), impl)
+        print("dlog_alpha identity, log_alpha=-30: error/scale %.2e, elementwise rel %.2e, normwise rel "
+              "%.2e, cancellation %.1e" % (r["scaled"], r["rel"], r["normwise_rel"], r["cancellation"]))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import os
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    _report()
