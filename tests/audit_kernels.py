@@ -43,6 +43,11 @@ def scan_kernel_final(q, k, v, log_alpha, h0):
     return _recurrence(q, k, v, log_alpha, h0)
 
 
+def list_kernel(q, k, v, log_alpha, h0):
+    """Correct, returns [o, h_T] as a list (the audit must pair its cotangent as a list)."""
+    return list(_recurrence(q, k, v, log_alpha, h0))
+
+
 def scan_kernel_bthd(q, k, v, log_alpha, h0):
     """Correct, takes and returns the "bthd" layout."""
     t = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731

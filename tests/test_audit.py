@@ -91,6 +91,12 @@ def test_a_kernel_returning_o_only_gets_no_dh_T():
     assert r["rel_err_grads"]["h0"] <= tol("audit_rel_err_float32")
 
 
+def test_a_kernel_returning_a_list_is_audited_like_a_tuple():
+    a = glaref.audit([ak.list_kernel, ak.scan_kernel_final], TINY, [9], ["fwd_bwd"], **FAST)
+    assert all(r["ok"] and r["final_state"] for r in a), [r.get("skipped") for r in a]
+    assert a[0]["rel_err_grads"] == a[1]["rel_err_grads"]
+
+
 def test_a_one_percent_defect_is_measured_as_one_percent_and_fails():
     (r,) = glaref.audit([ak.wrong_kernel], TINY, [9], ["fwd"], **FAST)
     assert r["rel_err_out"]["o"] == pytest.approx(0.01, abs=1.01 * tol("audit_rel_err_float32"))

@@ -370,7 +370,10 @@ def _fwd_bwd(fn: Callable, final: bool) -> Callable:
 
     def f(q, k, v, log_alpha, h0, do, *dh_T):
         out, pullback = jax.vjp(fn, q, k, v, log_alpha, h0)
-        grads = pullback((do, dh_T[0]) if final else do)
+        # the cotangent takes the structure of the output ((o, h_T) as a tuple, list, ...)
+        ct = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out), [do, dh_T[0]]) \
+            if final else do
+        grads = pullback(ct)
         return out, grads
 
     return f
