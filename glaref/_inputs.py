@@ -104,7 +104,16 @@ def to_float64(x: Any, name: str) -> np.ndarray:
                 a = np.asarray(x)
             except Exception as exc:  # pragma: no cover - exotic array-likes
                 raise DTypeError(f"{name}: could not convert {_describe(x)} to an array: {exc}") from exc
+            if a.dtype == object and hasattr(x, "__dlpack__"):
+                # an array that speaks only DLPack (no __array__): take it zero-copy on the CPU
+                try:
+                    a = np.from_dlpack(x)
+                except Exception as exc:
+                    raise DTypeError(f"{name}: could not read {_describe(x)} through DLPack: {exc}") from exc
     dt = a.dtype
+    if dt == object:
+        raise DTypeError(f"{name}: got {_describe(x)} (dtype object), expected a real floating "
+                         "array (float16, bfloat16, float32 or float64)")
     if dt.kind == "f" or dt.name in _EXTRA_FLOAT_NAMES:
         return np.ascontiguousarray(a, dtype=np.float64)
     raise DTypeError(f"{name}: got dtype {dt}, expected a real floating dtype "

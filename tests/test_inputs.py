@@ -247,3 +247,30 @@ def test_h0_none_means_zeros_and_dh0_is_returned(p):
     g = glaref.vjp(p.q, p.k, p.v, p.log_alpha, None, p.do, impl="numpy")
     assert g.h0.shape == p.h0.shape and np.any(g.h0 != 0)
     assert glaref.Grads._fields == ("q", "k", "v", "log_alpha", "h0")
+
+
+class _OnlyDLPack:
+    """An array-like that offers DLPack and nothing else (no __array__, no buffer)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, **kw):
+        return self._a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_dlpack_only_arrays_are_accepted(p):
+    v32 = p.v.astype(np.float32)
+    o, _ = glaref.forward(p.q, p.k, _OnlyDLPack(v32), p.log_alpha, impl="numpy")
+    o_w, _ = glaref.forward(p.q, p.k, v32.astype(np.float64), p.log_alpha, impl="numpy")
+    assert np.array_equal(o, o_w)
+    with pytest.raises(DTypeError, match=r"^v: got dtype int64"):
+        glaref.forward(p.q, p.k, _OnlyDLPack(p.v.astype(np.int64)), p.log_alpha, impl="numpy")
+
+
+def test_non_array_input_is_refused_with_its_type(p):
+    with pytest.raises(DTypeError, match=r"^q: got builtins.object \(dtype object\), expected a real floating array"):
+        glaref.forward(object(), p.k, p.v, p.log_alpha, impl="numpy")
