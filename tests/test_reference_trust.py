@@ -424,6 +424,43 @@ def test_jax_scan_vjp(jax_x64, case, impl):
 
 
 # --------------------------------------------------------------------------------------------
+# Sweep (-m slow): random short shapes, gates and scales, complex step and mpmath on each.
+
+def _sweep_case(i: int):
+    rng = np.random.default_rng(4242 + i)
+    G = int(rng.integers(1, 4))
+    H = G * int(rng.integers(1, 4))
+    dims = (int(rng.integers(1, 3)), G, H, int(rng.integers(1, 9)), int(rng.integers(1, 4)),
+            int(rng.integers(1, 4)))
+    kind = i % 4
+    la = ["standard", lambda r, s: -30.0 * r.random(s), lambda r, s: 0.5 * r.random(s), 0.0][kind]
+    return (f"sweep{i}", dims, la, float(rng.uniform(-2, 2)) or 1.0, float(10 ** rng.uniform(-2, 3)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("i", range(200))
+def test_sweep_complex_step_and_mpmath(i, impl):
+    case = _sweep_case(i)
+    res = measure_complex_step(case, impl, seed=i)
+    assert all(r["scaled"] <= tol("trust_complex_step") for r in res.values()), res
+    mp = pytest.importorskip("mpmath").mp
+    p, scale = _problem(case, seed=i)
+    o, h_T = glaref.forward(p.q, p.k, p.v, p.log_alpha, p.h0, scale=scale, impl=impl)
+    g = glaref.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, scale=scale, impl=impl)
+    got = {"o": o, "h_T": h_T, **g._asdict()}
+    old = mp.dps
+    try:
+        mp.dps = MP_DPS
+        exact = _mp_closed_form(p, scale, mp)
+        term_scale = _mp_closed_form(abs_problem(p), abs(scale), mp)
+        errs = {n: _mp_scaled_err(got[n], exact[n], term_scale[n], mp) for n in got}
+    finally:
+        mp.dps = old
+    assert all(e[0] <= tol("trust_mpmath") for e in errs.values()), errs
+
+
+# --------------------------------------------------------------------------------------------
 # `python tests/test_reference_trust.py` prints the worst measured figure of every check.
 
 def _report(impls=("numpy", "numba")) -> None:  # pragma: no cover - a reporting aid
