@@ -115,7 +115,7 @@ def _audit(ns: argparse.Namespace) -> int:
     except AuditUsageError as exc:
         _err(str(exc))
         return 2
-    table.append(_report.Table(names, preset_names, sys.stdout))
+    table.append(_report.Table(names, preset_names, sys.stdout, _split(ns.regime)))
     table[0].print_header()
 
     records: list = []

@@ -81,11 +81,16 @@ def _f(x, fmt: str) -> str:
 class Table:
     """A fixed-width table printed row by row as records arrive."""
 
-    def __init__(self, impls: Iterable[str], configs: Iterable[str], stream: TextIO):
+    def __init__(self, impls: Iterable[str], configs: Iterable[str], stream: TextIO,
+                 regimes: Iterable[str] | None = None):
         self.w_impl = max([4] + [len(i) for i in impls])
         self.w_cfg = max([6] + [len(c) for c in configs])
+        regimes = list(regimes or [])
+        # a regime column only when several regimes share the table
+        self.w_reg = max([6] + [len(r) for r in regimes]) if len(regimes) > 1 else 0
         self.stream = stream
-        head = (f"{'impl':<{self.w_impl}} {'mode':<7} {'config':<{self.w_cfg}} {'T':>5} "
+        reg = f"{'regime':<{self.w_reg}} " if self.w_reg else ""
+        head = (f"{'impl':<{self.w_impl}} {'mode':<7} {reg}{'config':<{self.w_cfg}} {'T':>5} "
                 f"{'ms':>9} {'compile_s':>9} {'temp_MB':>8} {'resid_MB':>8} "
                 + " ".join(f"{c:>9}" for c in ERR_COLUMNS) + "  verdict")
         self.header = head
@@ -97,7 +102,8 @@ class Table:
         print("-" * len(self.header), file=self.stream, flush=True)
 
     def line(self, r: dict[str, Any]) -> str:
-        lead = f"{r['impl']:<{self.w_impl}} {r['mode']:<7} {r['config']:<{self.w_cfg}} {r['seq']:>5} "
+        reg = f"{r.get('regime', ''):<{self.w_reg}} " if self.w_reg else ""
+        lead = f"{r['impl']:<{self.w_impl}} {r['mode']:<7} {reg}{r['config']:<{self.w_cfg}} {r['seq']:>5} "
         if "skipped" in r:
             tail = "FAIL" if r.get("ok") is False else "skipped"
             return lead + f"{tail}: {r['skipped']}"
