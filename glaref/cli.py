@@ -96,8 +96,8 @@ def _audit(ns: argparse.Namespace) -> int:
     table: list = []
 
     def on_record(rec):
-        if not table:
-            return
+        if not records[:-1]:            # the header waits for the first row, so that a usage or
+            table[0].print_header()     # environment error prints only its one-line reason
         table[0].row(rec)
 
     def progress(msg: str) -> None:
@@ -116,7 +116,6 @@ def _audit(ns: argparse.Namespace) -> int:
         _err(str(exc))
         return 2
     table.append(_report.Table(names, preset_names, sys.stdout, _split(ns.regime)))
-    table[0].print_header()
 
     records: list = []
 

@@ -82,6 +82,7 @@ def test_exit_2_for_usage_errors_with_one_line_reason(capsys, args):
     code, out, err = run(capsys, *args)
     assert code == 2
     assert "error:" in err.splitlines()[-1]
+    assert out == ""                      # no table header before a refusal
 
 
 def test_exit_2_without_a_command(capsys):
@@ -93,8 +94,8 @@ def test_exit_3_when_the_backend_is_missing(capsys):
     import jax
     if any(d.platform == "gpu" for d in jax.devices()):
         pytest.skip("this machine has a GPU")
-    code, _, err = run(capsys, *TINY, "--backend", "gpu")
-    assert code == 3
+    code, out, err = run(capsys, *TINY, "--backend", "gpu")
+    assert code == 3 and out == ""
     assert err.startswith("glaref audit: error: backend 'gpu' is not available here")
 
 
