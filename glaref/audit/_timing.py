@@ -2,7 +2,10 @@
 
 - compile_s: wall time of ``jax.jit(f).lower(*args).compile()`` (tracing, lowering, XLA).
 - xla_temp_mb / xla_arg_mb / xla_out_mb: ``compiled.memory_analysis()`` in MiB; null when the
-  backend reports none (never estimated).
+  backend reports none (never estimated). The fwd program is the kernel itself; the fwd_bwd
+  program takes (q, k, v, log_alpha, h0, do[, dh_T]) and returns (o[, h_T], the five gradients),
+  so its arguments and outputs include the cotangents and o, unlike the seed report's fwd_bwd
+  (five inputs in, gradients out): compare temp, not arg/out, with the seed.
 - residual_mb: what the forward saves for the backward. Traced abstractly, without running or
   allocating anything: ``jax.eval_shape`` of ``jax.vjp(kernel, *inputs)`` returns the VJP
   function, a pytree whose leaves are the residuals; leaves that are the inputs themselves are not
