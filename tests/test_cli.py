@@ -155,3 +155,17 @@ def test_bench_grid_prints_same_run_ratios_beside_the_seeds(tmp_path, capsys):
     # ours 10/40, the seed's 20/40; scan residuals 259 (ours) beside 250 (seed)
     assert cells[3:6] == ["10.00", "40.00", "0.250"] and cells[6:9] == ["20.00", "40.00", "0.500"]
     assert cells[11:13] == ["259.0", "250.0"]
+
+
+def test_progress_goes_to_stderr_only_when_it_is_a_terminal(capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    code, out, err = run(capsys, "--impl", kernel("scan_kernel"), *TINY, "--mode", "fwd")
+    assert code == 0
+    assert err.startswith("[1/1] ") and "T=9" in err and "[1/1]" not in out
+
+
+def test_importing_the_cli_and_engine_loads_no_jax():
+    r = subprocess.run([sys.executable, "-c", "import sys, glaref.cli, glaref.audit; "
+                        "print(sorted(m for m in ('jax', 'numba', 'matplotlib', 'torch') if m in sys.modules))"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr
