@@ -57,90 +57,107 @@ class _Config:
     G: int
 
 
-def _split_chunks(q, k, v, log_alpha, C: int):
-    """Grouped arrays -> chunk-major: q, k (N, B, G, C, dk); v (N, B, G, R, C, dv); gate (N, B, G, R, C)."""
-    B, G, T, dk = q.shape
-    R, dv = v.shape[2], v.shape[4]
-    N = -(-T // C)
-    Tp = N * C
-    q = c.pad_time(q, 2, Tp).reshape(B, G, N, C, dk)
-    k = c.pad_time(k, 2, Tp).reshape(B, G, N, C, dk)
-    v = c.pad_time(v, 3, Tp).reshape(B, G, R, N, C, dv)
-    la = c.pad_time(log_alpha, 3, Tp).reshape(B, G, R, N, C)
-    return (jnp.moveaxis(q, 2, 0), jnp.moveaxis(k, 2, 0), jnp.moveaxis(v, 3, 0),
-            jnp.moveaxis(la, 3, 0))
+def _pad(q, k, v, log_alpha, C: int):
+    """Zero-pad the grouped arrays' time axis to a multiple of C (no copy when T already is)."""
+    T = q.shape[2]
+    Tp = -(-T // C) * C
+    return (c.pad_time(q, 2, Tp), c.pad_time(k, 2, Tp), c.pad_time(v, 3, Tp),
+            c.pad_time(log_alpha, 3, Tp))
 
 
-def _join_chunks_v(x, T: int):
-    """(N, B, G, R, C, d) -> (B, G, R, T, d), dropping the padding."""
-    N, B, G, R, C, d = x.shape
-    return jnp.moveaxis(x, 0, 3).reshape(B, G, R, N * C, d)[:, :, :, :T]
+def _chunk(x, n, C: int, axis: int):
+    """Chunk n (C steps) of x along its time axis: a strided slice, no transposed copy."""
+    return lax.dynamic_slice_in_dim(x, n * C, C, axis)
 
 
-def _join_chunks_qk(x, T: int):
-    """(N, B, G, C, d) -> (B, G, T, d)."""
-    N, B, G, C, d = x.shape
-    return jnp.moveaxis(x, 0, 2).reshape(B, G, N * C, d)[:, :, :T]
+def _put(buf, x, n, C: int, axis: int):
+    return lax.dynamic_update_slice_in_dim(buf, x, n * C, axis)
 
 
-def _join_chunks_gate(x, T: int):
-    """(N, B, G, R, C) -> (B, G, R, T)."""
-    N, B, G, R, C = x.shape
-    return jnp.moveaxis(x, 0, 3).reshape(B, G, R, N * C)[..., :T]
+# The gate sums below are written as matmuls with 0/1 matrices (XLA lowers a cumsum to a
+# reduce_window that costs C^2 adds per row and runs slowly on CPU). They are sums of log gates,
+# not products of the user's data, so they always run at HIGHEST precision: a TF32 rounding of
+# log_alpha would put an error of |b| * 2**-11 into every decay.
+_GATE_PRECISION = lax.Precision.HIGHEST
 
 
-def _decays(la):
-    """From one chunk's log gates (B, G, R, C): exp(b_i), exp(b_last - b_j), exp(b_last), and the
-    masked intra-chunk decay matrix D_ij = exp(b_i - b_j) for j <= i, else 0.
-
-    b_i - b_j is summed directly as sum_{j < s <= i} log_alpha_s (a cumulative sum down the
-    columns of a masked C x C matrix), not as the difference of two cumulative sums: with strong
-    decay b_i and b_j are large and close, and their difference would carry the rounding error of
-    the large values (u * |b_i|) into every near-diagonal decay."""
-    C = la.shape[-1]
-    b = jnp.cumsum(la, axis=-1)
+def _gate_matrices(C: int, dtype):
+    """0/1 matrices of one chunk: incl[s, i] = [s <= i] (inclusive prefix sums), after[s, j] =
+    [s > j] (sums after j), seg[s, i, j] = [j < s <= i] (segment sums b_i - b_j)."""
     i = jnp.arange(C)
-    below = i[:, None] > i[None, :]                  # s > j: the steps summed into column j
-    mask = i[:, None] >= i[None, :]                  # j <= i
-    seg = jnp.cumsum(jnp.where(below, la[..., :, None], 0.0), axis=-2)   # seg[i, j] = b_i - b_j
-    # mask the exponent before exp: entries above the diagonal must never reach exp.
-    D = jnp.where(mask, jnp.exp(jnp.where(mask, seg, 0.0)), 0.0)
-    return jnp.exp(b), D[..., C - 1, :], jnp.exp(b[..., -1]), D
+    incl = (i[:, None] <= i[None, :]).astype(dtype)
+    after = (i[:, None] > i[None, :]).astype(dtype)
+    seg = ((i[None, None, :] < i[:, None, None]) & (i[:, None, None] <= i[None, :, None]))
+    return incl, after, seg.astype(dtype)
+
+
+def _decays(la, *, full: bool = True):
+    """From one chunk's log gates (B, G, R, C): exp(b_i), exp(b_last - b_j), exp(b_last) and (when
+    ``full``) the masked intra-chunk decay matrix D_ij = exp(b_i - b_j) for j <= i, else 0.
+
+    b_i - b_j is summed directly as sum_{j < s <= i} log_alpha_s (one dot product per entry),
+    not as the difference of two cumulative sums: with strong decay b_i and b_j are large and
+    close, and their difference would carry the rounding error of the large values (u * |b_i|)
+    into every near-diagonal decay. Likewise b_last - b_j = sum_{s > j} log_alpha_s."""
+    C = la.shape[-1]
+    incl, after, seg = _gate_matrices(C, la.dtype)
+    gate = partial(jnp.einsum, precision=_GATE_PRECISION)
+    b = gate("...s,si->...i", la, incl)
+    rest = gate("...s,sj->...j", la, after)                    # b_last - b_j
+    eb, eb_rest, eb_last = jnp.exp(b), jnp.exp(rest), jnp.exp(b[..., -1])
+    if not full:
+        return eb, eb_rest, eb_last, None
+    diff = gate("...s,sij->...ij", la, seg)                    # b_i - b_j, exactly 0 above the diagonal
+    mask = jnp.arange(C)[:, None] >= jnp.arange(C)[None, :]   # j <= i
+    # mask the exponent before exp: entries above the diagonal must never reach exp with a value
+    # that could overflow (they are 0 by construction; the where keeps that true by design).
+    D = jnp.where(mask, jnp.exp(jnp.where(mask, diff, 0.0)), 0.0)
+    return eb, eb_rest, eb_last, D
 
 
 def _forward_sweep(cfg: _Config, Q, K, V, LA, S0, *, outputs: bool):
-    """One sweep over chunks. outputs=True: (o chunks, h_T). False: (states S_0..S_{N-1}, h_T)."""
-    prec = cfg.precision
-    ein = partial(jnp.einsum, precision=prec)
+    """One sweep over the chunks of the padded grouped arrays.
 
-    def body(S, xs):
-        q, k, v, la = xs
-        eb, eb_rest, eb_last, D = _decays(la)
+    outputs=True: (h_T, o (B, G, R, Tp, dv)). outputs=False: (h_T, states (N, B, G, R, dk, dv)),
+    the state before each chunk."""
+    ein = partial(jnp.einsum, precision=cfg.precision)
+    C = cfg.chunk_size
+    N = Q.shape[2] // C
+
+    def body(n, carry):
+        S, buf = carry
+        q, k = _chunk(Q, n, C, 2), _chunk(K, n, C, 2)
+        v, la = _chunk(V, n, C, 3), _chunk(LA, n, C, 3)
+        eb, eb_rest, eb_last, D = _decays(la, full=outputs)
         # state after the chunk: k is shared by the group's heads, so fold the decay into v
         S_next = (eb_last[..., None, None] * S
                   + ein("bgck,bgrcv->bgrkv", k, eb_rest[..., None] * v))
         if not outputs:
-            return S_next, S
+            return S_next, lax.dynamic_update_index_in_dim(buf, S, n, 0)
         qk = ein("bgik,bgjk->bgij", q, k)
         o = (eb[..., None] * ein("bgck,bgrkv->bgrcv", q, S)
              + ein("bgrij,bgrjv->bgriv", qk[:, :, None] * D, v))
-        return S_next, o * cfg.scale
+        return S_next, _put(buf, o * cfg.scale, n, C, 3)
 
-    return lax.scan(body, S0, (Q, K, V, LA))
+    if outputs:
+        buf = jnp.zeros(V.shape, S0.dtype)
+    else:
+        buf = jnp.zeros((N,) + S0.shape, S0.dtype)
+    return lax.fori_loop(0, N, body, (S0, buf))
 
 
 def _prepare(cfg: _Config, q, k, v, log_alpha, h0):
     cdt, odt = c.dtypes(q, k, v, log_alpha, h0)
     qg, kg, vg, lag, h0g = c.to_grouped(q, k, v, log_alpha, h0, cfg.G, cfg.layout, cdt)
     T = qg.shape[2]
-    Q, K, V, LA = _split_chunks(qg, kg, vg, lag, cfg.chunk_size)
+    Q, K, V, LA = _pad(qg, kg, vg, lag, cfg.chunk_size)
     return Q, K, V, LA, h0g, T, cdt, odt
 
 
 def _chunked_fwd_impl(cfg: _Config, q, k, v, log_alpha, h0):
     Q, K, V, LA, S0, T, cdt, odt = _prepare(cfg, q, k, v, log_alpha, h0)
     h_T, O = _forward_sweep(cfg, Q, K, V, LA, S0, outputs=True)
-    o = c.v_like_from_grouped(_join_chunks_v(O, T), cfg.layout).astype(odt)
+    o = c.v_like_from_grouped(O[:, :, :, :T], cfg.layout).astype(odt)
     return o, c.state_from_grouped(h_T)
 
 
@@ -168,15 +185,18 @@ def _core_bwd(cfg: _Config, res, cts):
     h_T, states = _forward_sweep(cfg, Q, K, V, LA, S0, outputs=False)
 
     # Sweep 2: reverse over chunks, carrying dS_{n+1} and S_{n+1}.
-    dog = c.v_like_to_grouped(do, G, cfg.layout, cdt)
     C = cfg.chunk_size
-    N = Q.shape[0]
-    DO = jnp.moveaxis(c.pad_time(dog, 3, N * C).reshape(B, G, R, N, C, dv), 3, 0)
+    N = Q.shape[2] // C
+    DO = c.pad_time(c.v_like_to_grouped(do, G, cfg.layout, cdt), 3, N * C)
     dS_T = dh_T.astype(cdt).reshape(B, G, R, dk, dv)
+    suffix = jnp.tril(jnp.ones((C, C), cdt))                    # suffix[s, t] = [s >= t]
 
-    def body(carry, xs):
-        dS_next, S_next = carry
-        q, k, v, la, do, S = xs
+    def body(i, carry):
+        dS_next, S_next, dQ, dK, dV, dLA = carry
+        n = N - 1 - i
+        q, k = _chunk(Q, n, C, 2), _chunk(K, n, C, 2)
+        v, la, do = _chunk(V, n, C, 3), _chunk(LA, n, C, 3), _chunk(DO, n, C, 3)
+        S = lax.dynamic_index_in_dim(states, n, 0, keepdims=False)
         eb, eb_rest, eb_last, D = _decays(la)
         dos = do * scale
         qk = ein("bgik,bgjk->bgij", q, k)                         # shared by the R heads
@@ -195,18 +215,21 @@ def _core_bwd(cfg: _Config, res, cts):
              + jnp.sum(q[:, :, None] * dq_inter, axis=-1)
              - jnp.sum(k[:, :, None] * dk_inter, axis=-1))
         tail = jnp.sum(S_next * dS_next, axis=(-2, -1))          # <S_{n+1}, dS_{n+1}>
-        dla = jnp.flip(jnp.cumsum(jnp.flip(w, -1), axis=-1), -1) + tail[..., None]
+        # reverse cumsum within the chunk, sum_{s >= t} w_s, as a 0/1 matmul (see _GATE_PRECISION)
+        dla = jnp.einsum("...s,st->...t", w, suffix, precision=_GATE_PRECISION) + tail[..., None]
         dS = eb_last[..., None, None] * dS_next + ein("bgik,bgric->bgrkc", q, eb[..., None] * dos)
-        return (dS, S), (dq, dk, dv_, dla)
+        return (dS, S, _put(dQ, dq, n, C, 2), _put(dK, dk, n, C, 2), _put(dV, dv_, n, C, 3),
+                _put(dLA, dla, n, C, 3))
 
-    (dS0, _), (dQ, dK, dV, dLA) = lax.scan(body, (dS_T, h_T), (Q, K, V, LA, DO, states),
-                                           reverse=True)
+    init = (dS_T, h_T, jnp.zeros(Q.shape, cdt), jnp.zeros(K.shape, cdt), jnp.zeros(V.shape, cdt),
+            jnp.zeros(LA.shape, cdt))
+    dS0, _, dQ, dK, dV, dLA = lax.fori_loop(0, N, body, init)
 
     lay = cfg.layout
-    dq = c.qk_from_canonical(_join_chunks_qk(dQ, T), lay).astype(q.dtype)
-    dk = c.qk_from_canonical(_join_chunks_qk(dK, T), lay).astype(k.dtype)
-    dv_ = c.v_like_from_grouped(_join_chunks_v(dV, T), lay).astype(v.dtype)
-    dla = c.gate_from_grouped(_join_chunks_gate(dLA, T), lay).astype(log_alpha.dtype)
+    dq = c.qk_from_canonical(dQ[:, :, :T], lay).astype(q.dtype)
+    dk = c.qk_from_canonical(dK[:, :, :T], lay).astype(k.dtype)
+    dv_ = c.v_like_from_grouped(dV[:, :, :, :T], lay).astype(v.dtype)
+    dla = c.gate_from_grouped(dLA[..., :T], lay).astype(log_alpha.dtype)
     dh0 = None if h0 is None else c.state_from_grouped(dS0).astype(h0.dtype)
     return dq, dk, dv_, dla, dh0
 
