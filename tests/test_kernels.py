@@ -347,6 +347,19 @@ def test_strong_decay_is_finite_and_within_budget(kname, gates):
     check_against_oracle(got, p, "float32", cs, normwise=False)
 
 
+@pytest.mark.parametrize("kname", KERNELS)
+def test_empty_sequence(kname):
+    """T = 0: o is empty, h_T = h0, dh0 = dh_T, the other gradients empty."""
+    p = rand_problem(1, 1, 2, 0, 4, 3, seed=0)
+    fn, kw, _ = _kernel(kname, 8)
+    got, _ = run_kernel(fn, p, "float32", **kw)
+    h0 = p.h0.astype(np.float32).astype(np.float64)
+    dh_T = p.dh_T.astype(np.float32).astype(np.float64)
+    assert got["o"].shape == (1, 2, 0, 3) and got["log_alpha"].shape == (1, 2, 0)
+    np.testing.assert_array_equal(got["h_T"], h0)
+    np.testing.assert_array_equal(got["h0"], dh_T)
+
+
 @pytest.mark.parametrize("C", [1, 7, 200])
 def test_chunk_sizes(C):
     p = rounded(rand_problem(1, 1, 2, 20, 6, 5, seed=C), "float32")

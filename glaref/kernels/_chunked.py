@@ -32,8 +32,10 @@ applied chunk by chunk: the part of the sum beyond chunk n plus <h_T, dh_T> equa
 which sums at most C terms instead of T (a float32 reverse cumsum over the whole sequence would
 accumulate rounding over T steps).
 
-Memory: the backward keeps the N + 1 chunk states (B*H*(T/C + 1)*dk*dv numbers) between its two
-sweeps; nothing is kept between the forward and the backward.
+Memory: the backward keeps the N chunk states (B*H*(T/C)*dk*dv numbers) between its two sweeps;
+nothing is kept between the forward and the backward. Both sweeps are ``lax.fori_loop``s that
+read each chunk with a strided slice of the (padded) inputs and write into preallocated outputs,
+so no chunk-major copy of the inputs is made.
 """
 
 from __future__ import annotations
@@ -58,9 +60,10 @@ class _Config:
 
 
 def _pad(q, k, v, log_alpha, C: int):
-    """Zero-pad the grouped arrays' time axis to a multiple of C (no copy when T already is)."""
+    """Zero-pad the grouped arrays' time axis to a multiple of C (no copy when T already is);
+    T = 0 becomes one chunk of padding, which leaves h_T = h0."""
     T = q.shape[2]
-    Tp = -(-T // C) * C
+    Tp = max(-(-T // C), 1) * C
     return (c.pad_time(q, 2, Tp), c.pad_time(k, 2, Tp), c.pad_time(v, 3, Tp),
             c.pad_time(log_alpha, 3, Tp))
 
