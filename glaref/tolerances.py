@@ -187,6 +187,21 @@ TOLERANCES.update({
         "sqrt(n) u32 of audit_rel_err_float32 (128 u32 = 7.6e-6 for n <= 2**14) plus the "
         "cancellation of the chunked kernel's dlog_alpha identity (terms summed within a chunk of "
         "64 steps, measured ~1e-6 on small shapes); the seed's kernels measured <= 3.2e-6.",
+    ),    # glaref.kernels promise (glaref/kernels/__init__.py): 16-bit inputs are upcast to float32 on
+    # entry, everything is computed in float32, and o and each gradient are rounded to the input
+    # dtype exactly once, at return. One rounding is <= u |x| per element, hence <= u normwise;
+    # the float32 arithmetic before it adds at most audit_rel_err_float32 (128 u32).
+    "kernel_rel_err_bfloat16": Tolerance(
+        UNIT_ROUNDOFF["bfloat16"] + 128 * U32,
+        "glaref.kernels with bfloat16 inputs: one rounding of the float32 result to bfloat16 "
+        "(u_bf16 normwise) plus float32 accumulation (128 u32). Tighter than "
+        "audit_rel_err_bfloat16, which allows ~4 roundings for kernels that store intermediates "
+        "in bfloat16; a kernel that did would fail this.",
+    ),
+    "kernel_rel_err_float16": Tolerance(
+        UNIT_ROUNDOFF["float16"] + 128 * U32,
+        "glaref.kernels with float16 inputs: one rounding of the float32 result to float16 "
+        "(u_f16 normwise) plus float32 accumulation (128 u32).",
     ),
 })
 

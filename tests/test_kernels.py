@@ -8,9 +8,10 @@ to float64), so input quantisation is never counted as kernel error. Two checks 
 - elementwise: budget_ulps = max |x - ref| / (u * scale + floor) within the worst-case rounding
   bound of a correct chunked (or step-by-step) kernel, glaref._verdict.budget_bound (scales from
   the oracle on absolute values; dlog_alpha against the identity's scale);
-- normwise: ||x - ref|| / ||ref|| within the audit's table entry for the dtype (well-conditioned
-  gates only: under strong decay dlog_alpha is tiny next to its terms, and the elementwise
-  budget is the meaningful check there).
+- normwise: ||x - ref|| / ||ref|| within the audit's table entry for float32/float64, and for
+  16-bit inputs within kernel_rel_err_<dtype> (one rounding at return plus float32 arithmetic,
+  the kernels' documented promise); well-conditioned gates only: under strong decay dlog_alpha
+  is tiny next to its terms, and the elementwise budget is the meaningful check there.
 """
 
 from __future__ import annotations
@@ -119,9 +120,11 @@ def check_against_oracle(got, p, dtype: str, chunk_size: int, *, normwise: bool 
             failures.append(f"{name}: budget_ulps {ulps:.3g} > bound {bound:.3g} at {where} "
                             f"(got {x[where]!r}, expected {ref[name][where]!r}); rel err {rel:.3g}")
         if normwise:
-            t = tol(f"audit_rel_err_{out_dtype}")
+            # 16-bit outputs: glaref.kernels round once, at return (kernel_rel_err_<dtype>)
+            key = f"kernel_rel_err_{out_dtype}" if out_dtype in ("bfloat16", "float16") else f"audit_rel_err_{out_dtype}"
+            t = tol(key)
             if not rel <= t:
-                failures.append(f"{name}: normwise rel err {rel:.3g} > {t:.3g} (audit_rel_err_{out_dtype})")
+                failures.append(f"{name}: normwise rel err {rel:.3g} > {t:.3g} ({key})")
     if failures:
         raise AssertionError(f"{dtype} kernel vs oracle:\n  " + "\n  ".join(failures))
     return figures
