@@ -1,157 +1,431 @@
-"""The Numba float64 oracle: same functions and signatures as ``_reference``, compiled.
+"""The Numba float64 oracle: same functions and signatures as ``_reference``, compiled and chunked.
 
 Canonical "bhtd" float64 arrays in, float64 arrays out (see ``_inputs``):
 
     forward(q, k, v, log_alpha, h0, scale) -> (o, h_T)
     vjp(q, k, v, log_alpha, h0, do, dh_T, scale, per_head=False) -> (dq, dk, dv, dlog_alpha, dh0)
 
-The equations are those of ``_reference`` (docs/math.md, sections 1 and 2). Determinism: the
-kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs over independent (b, h) pairs
-only, with the time loop serial inside each, and the group sum of dq and dk is done after the
-parallel loop in a fixed head order. The result is therefore bit-identical for any number of
-threads.
+The equations are those of ``_reference`` (docs/math.md, sections 1 and 2), evaluated chunk by
+chunk so that most of the work is matrix products (BLAS-3, through ``np.dot``).
 
-Memory: the backward keeps one state every C ~ sqrt(T) steps per (b, h) being processed (only
-the pairs in flight hold buffers), and recomputes the C states of a block from its checkpoint.
+Chunked form. Split time into chunks of ``CHUNK`` steps. Inside a chunk with steps j = 0..L-1,
+start state S0 and end-of-chunk carry Gn (the cotangent flowing into the chunk from later steps):
+
+    E[j, i]  = alpha_{i+1} * ... * alpha_j          (i <= j; E[j, j] = 1; zero above the diagonal)
+    din[j]   = alpha_0 * ... * alpha_j              (decay from S0 to the state after step j)
+    dout[i]  = E[L-1, i]                            (decay from step i to the chunk end)
+    atot     = din[L-1]
+
+    forward   O = scale * ((Q K^T o E) V + din o (Q S0))          S_end = atot S0 + (dout o K)^T V
+    backward  dA = dO V^T,  A = Q K^T (both masked by E)
+              dQ = scale * ((dA o E) K + din o (dO S0^T))
+              dK = scale * ((dA o E)^T Q) + dout o (V Gn^T)
+              dV = scale * ((A o E)^T dO) + dout o (K Gn)
+              Gn <- atot Gn + scale * (din o Q)^T dO                (carry into the previous chunk)
+
+Decay factors are products of the per-step alphas, formed as running products
+``E[j, i] = E[j, i+1] * alpha_{i+1}``: only the pairs s <= t ever get a factor, every factor
+is a product of numbers alpha = exp(log_alpha), and nothing like exp(b_t) * exp(-b_s) (which
+overflows under strong decay, log_alpha ~ -30) or exp(b_t - b_s) of two large cumulative sums
+(whose rounding, ~ u * |b|, is larger than u when |b| is large) is formed. Each factor carries
+the same relative rounding as the step-by-step recurrence (j - i products of rounded alphas),
+so the chunked form is as accurate as the reference in every regime: strong decay (factors
+underflow to zero as the true values do), log_alpha = 0 (factors exactly 1), small positive
+log_alpha (growth within a chunk only), and dominant h0.
+
+dlog_alpha is the direct form alpha_j <S_{j-1}, G_j> of the reference, expanded exactly into the
+four products of (S0 + in-chunk terms) and (Gn + in-chunk terms); with E[j,i] E[r,j] = E[r,i],
+din[j] dout[j] = atot, din[j] E[r,j] = din[r] and dout[j] E[j,i] = dout[i]:
+
+    dlog_alpha_j = atot <S0, Gn>
+                 + scale * sum_{r >= j} din[r] (q_r S0 do_r^T)        (within the chunk)
+                 + sum_{i < j} dout[i] (k_i Gn v_i^T)                 (within the chunk)
+                 + scale * sum_{r >= j > i} E[r, i] (q_r . k_i) (do_r . v_i)
+
+Every term is a genuine contribution of the direct form, each weighted by its own decay, and
+the sums run over one chunk only. It is *not* the reverse-cumsum identity of production
+kernels (sum over all s >= t of q_s.dq_s - k_s.dk_s), whose terms do not decay and cancel
+under strong decay or long T.
+
+Determinism: kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs over independent
+(b, h) pairs (or (b, g) groups, see ``vjp``) only, with the time loop serial inside. The BLAS
+called by ``np.dot`` is held to one thread during our calls (threadpoolctl), so each product is
+computed the same way whatever the number of Numba threads. The group sum of dq and dk runs in
+a fixed head order (left to right), so results are bit-identical for any thread count.
+
+Memory: the backward stores the state at the start of every chunk for the (b, h) pairs being
+processed (T / CHUNK states of dk*dv each per thread in flight), nothing per (b, h) beyond the
+outputs; no O(T * dk * dv) storage. dq and dk are accumulated into the group's output directly
+when there are at least as many groups as threads; otherwise per-head buffers are summed after
+the parallel loop. Both orders of summation are the same, so both give the same bits.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-from numba import njit, prange
+from numba import get_num_threads, njit, prange, types
+
+CHUNK = 32
+
+_JIT = dict(fastmath=False, cache=True)
 
 
-def _checkpoint_interval(T: int) -> int:
-    return max(1, math.isqrt(max(T, 1)))
+@njit(**_JIT)
+def _decays(log_alpha, t0, L, E, din, dout):  # pragma: no cover - compiled
+    """Fill E (L x L, lower incl. diagonal), din and dout for the chunk starting at t0.
+
+    Returns atot. Products of alphas only; see the module docstring.
+    """
+    # din first: it holds the alphas of the chunk for the products below, then their prefix
+    # products.
+    for j in range(L):
+        din[j] = np.exp(log_alpha[t0 + j])
+    for j in range(L):
+        E[j, j] = 1.0
+        for i in range(j + 1, L):
+            E[j, i] = 0.0
+        p = 1.0
+        for i in range(j - 1, -1, -1):
+            p = p * din[i + 1]
+            E[j, i] = p
+    for i in range(L):
+        dout[i] = E[L - 1, i]
+    p = 1.0
+    for j in range(L):
+        p = p * din[j]
+        din[j] = p
+    return din[L - 1]
 
 
-@njit(parallel=True, fastmath=False, cache=True)
-def _forward_kernel(q, k, v, log_alpha, h0, scale, o, h_T):  # pragma: no cover - compiled
-    B, G, T, dk = q.shape
+_N = np.int8(ord("N"))
+_T = np.int8(ord("T"))
+_D = np.int8(ord("d"))
+_xxgemm = types.ExternalFunction("numba_xxgemm", types.intc(
+    types.char, types.char, types.char, types.intp, types.intp, types.intp,
+    types.CPointer(types.float64), types.CPointer(types.float64), types.intp,
+    types.CPointer(types.float64), types.intp, types.CPointer(types.float64),
+    types.CPointer(types.float64), types.intp))
+
+
+@njit(**_JIT)
+def _gemm(ta, tb, alpha, A, B, beta, Cm, ab):  # pragma: no cover - compiled
+    """Row-major Cm <- alpha op(A) op(B) + beta Cm through BLAS dgemm (Numba's own binding).
+
+    op(X) is X, or X^T when ta / tb is True. A, B, Cm are 2-D views whose rows are contiguous
+    (unit last stride); ``ab`` is a float64[2] scratch for alpha and beta. BLAS is column-major,
+    so the call computes Cm^T = op(B)^T op(A)^T on the same memory.
+    """
+    m, n = Cm.shape
+    kk = A.shape[0] if ta else A.shape[1]
+    if m == 0 or n == 0:
+        return
+    ab[0] = alpha
+    ab[1] = beta
+    lda = max(1, A.strides[0] // 8, A.shape[1])
+    ldb = max(1, B.strides[0] // 8, B.shape[1])
+    ldc = max(1, Cm.strides[0] // 8, n)
+    r = _xxgemm(_D, _T if tb else _N, _T if ta else _N, n, m, kk,
+                ab[0:1].ctypes, B.ctypes, ldb, A.ctypes, lda, ab[1:2].ctypes, Cm.ctypes, ldc)
+    if r != 0:
+        raise RuntimeError("BLAS dgemm (numba_xxgemm) failed")
+
+
+@njit(**_JIT)
+def _row_scale(w, X, out):  # pragma: no cover - compiled
+    """out[i, :] = w[i] * X[i, :] for the rows of X."""
+    for i in range(X.shape[0]):
+        wi = w[i]
+        for a in range(X.shape[1]):
+            out[i, a] = wi * X[i, a]
+
+
+@njit(**_JIT)
+def _dot(x, y):  # pragma: no cover - compiled
+    """sum_a x[a] y[a] with eight interleaved partial sums combined in a fixed tree.
+
+    A fixed summation order (not reassociated by the compiler: fastmath is off), so the
+    result does not depend on threads; eight independent chains keep the adds pipelined.
+    """
+    n = x.shape[0]
+    m = n - n % 8
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    for a in range(0, m, 8):
+        s0 += x[a] * y[a]
+        s1 += x[a + 1] * y[a + 1]
+        s2 += x[a + 2] * y[a + 2]
+        s3 += x[a + 3] * y[a + 3]
+        s4 += x[a + 4] * y[a + 4]
+        s5 += x[a + 5] * y[a + 5]
+        s6 += x[a + 6] * y[a + 6]
+        s7 += x[a + 7] * y[a + 7]
+    t = 0.0
+    for a in range(m, n):
+        t += x[a] * y[a]
+    return (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + t
+
+
+@njit(**_JIT)
+def _forward_head(q, k, v, log_alpha, h0, scale, C, o, h_T):  # pragma: no cover - compiled
+    """One (b, h): q, k (T, dk); v, o (T, dv); log_alpha (T,); h0, h_T (dk, dv)."""
+    T, dk = q.shape
+    ab = np.empty(2)
+    E = np.empty((C, C))
+    din = np.empty(C)
+    dout = np.empty(C)
+    A = np.empty((C, C))
+    Xd = np.empty((C, dk))
+    S = h_T  # the running state lives in the output
+    S[:, :] = h0
+    for t0 in range(0, T, C):
+        L = min(C, T - t0)
+        Q = q[t0:t0 + L]
+        K = k[t0:t0 + L]
+        V = v[t0:t0 + L]
+        Oc = o[t0:t0 + L]
+        Ec = E[:L, :L]
+        Ac = A[:L, :L]
+        Xc = Xd[:L]
+        atot = _decays(log_alpha, t0, L, Ec, din, dout)
+        # O = scale (din o Q) S0 + scale (Q K^T o E) V
+        _gemm(False, True, 1.0, Q, K, 0.0, Ac, ab)
+        for j in range(L):
+            for i in range(L):
+                Ac[j, i] *= Ec[j, i]
+        _row_scale(din, Q, Xc)
+        _gemm(False, False, scale, Xc, S, 0.0, Oc, ab)
+        _gemm(False, False, scale, Ac, V, 1.0, Oc, ab)
+        # S_end = atot S0 + (dout o K)^T V
+        _row_scale(dout, K, Xc)
+        _gemm(True, False, 1.0, Xc, V, atot, S, ab)
+
+
+@njit(parallel=True, **_JIT)
+def _forward_kernel(q, k, v, log_alpha, h0, scale, C, o, h_T):  # pragma: no cover - compiled
+    B, G = q.shape[0], q.shape[1]
     H = v.shape[1]
-    dv = v.shape[3]
     hpg = H // G
     for bh in prange(B * H):
         b = bh // H
         h = bh - b * H
         g = h // hpg
-        S = h0[b, h].copy()
-        acc = np.empty(dv)
-        for t in range(T):
-            a = np.exp(log_alpha[b, h, t])
-            for i in range(dk):
-                ki = k[b, g, t, i]
-                for j in range(dv):
-                    S[i, j] = a * S[i, j] + ki * v[b, h, t, j]
-            for j in range(dv):
-                acc[j] = 0.0
-            for i in range(dk):
-                qi = q[b, g, t, i]
-                for j in range(dv):
-                    acc[j] += qi * S[i, j]
-            for j in range(dv):
-                o[b, h, t, j] = scale * acc[j]
-        for i in range(dk):
-            for j in range(dv):
-                h_T[b, h, i, j] = S[i, j]
+        _forward_head(q[b, g], k[b, g], v[b, h], log_alpha[b, h], h0[b, h], scale, C,
+                      o[b, h], h_T[b, h])
 
 
-@njit(parallel=True, fastmath=False, cache=True)
-def _vjp_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
-                dqh, dkh, dvv, dla, dh0):  # pragma: no cover - compiled
-    B, G, T, dk = q.shape
-    H = v.shape[1]
-    dv = v.shape[3]
+@njit(**_JIT)
+def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
+              dq, dk, accumulate, dv, dla, dh0, starts):  # pragma: no cover - compiled
+    """One (b, h). dq, dk (T, dk) are written, or added to when ``accumulate``.
+
+    ``starts`` (>= ceil(T / C), dv, dk) is scratch for the chunk-start states S^T, reused across
+    the heads one worker processes (a fresh allocation per head would page-fault every time).
+    """
+    T, dk_ = q.shape
+    dv_ = v.shape[1]
+    n_chunks = (T + C - 1) // C
+    ab = np.empty(2)
+    E = np.empty((C, C))
+    din = np.empty(C)
+    dout = np.empty(C)
+    Xk = np.empty((C, dk_))
+    Xv = np.empty((C, dv_))
+    Yk = np.empty((C, dk_))
+    A = np.empty((C, C))
+    dA = np.empty((C, C))
+    P = np.empty((C, C))
+
+    # Pass 1: the state at the start of every chunk.
+    # The state is kept transposed, S^T (dv, dk), so that the products with it in pass 2 read
+    # it in the order BLAS prefers.
+    S = np.empty((dv_, dk_))
+    S[:, :] = h0.T
+    for c in range(n_chunks):
+        t0 = c * C
+        L = min(C, T - t0)
+        starts[c] = S
+        atot = _decays(log_alpha, t0, L, E[:L, :L], din, dout)
+        _row_scale(dout, k[t0:t0 + L], Xk[:L])
+        _gemm(True, False, 1.0, v[t0:t0 + L], Xk[:L], atot, S, ab)
+
+    # Pass 2: chunks in reverse, carrying Gn (the cotangent of the state at the chunk end),
+    # also kept transposed: GnT = Gn^T (dv, dk).
+    GnT = np.empty((dv_, dk_))
+    if has_dh_T:
+        GnT[:, :] = dh_T.T
+    else:
+        GnT[:, :] = 0.0
+    for c in range(n_chunks - 1, -1, -1):
+        t0 = c * C
+        L = min(C, T - t0)
+        Q = q[t0:t0 + L]
+        K = k[t0:t0 + L]
+        V = v[t0:t0 + L]
+        dO = do[t0:t0 + L]
+        dVc = dv[t0:t0 + L]
+        dlc = dla[t0:t0 + L]
+        S0 = starts[c]
+        Ec = E[:L, :L]
+        Ac = A[:L, :L]
+        dAc = dA[:L, :L]
+        Pc = P[:L, :L]
+        Xkc = Xk[:L]
+        Xvc = Xv[:L]
+        Ykc = Yk[:L]
+        atot = _decays(log_alpha, t0, L, Ec, din, dout)
+
+        _gemm(False, True, 1.0, Q, K, 0.0, Ac, ab)     # A[r, i] = q_r . k_i
+        _gemm(False, True, 1.0, dO, V, 0.0, dAc, ab)   # dA[r, i] = do_r . v_i
+        # Mask A and dA by the decays; on the way, P[r, j] = sum_{i < j} W[r, i] (j <= r) with
+        # W[r, i] = E[r, i] (q_r . k_i)(do_r . v_i), for the fourth dlog_alpha term.
+        for r in range(L):
+            acc = 0.0
+            for i in range(r + 1):
+                e = Ec[r, i]
+                a_ = Ac[r, i] * e
+                Ac[r, i] = a_
+                Pc[r, i] = acc
+                acc += a_ * dAc[r, i]
+                dAc[r, i] *= e
+            for i in range(r + 1, L):
+                Ac[r, i] = 0.0
+                dAc[r, i] = 0.0
+
+        # dlog_alpha term 1: atot <S0, Gn>
+        sg = 0.0
+        for b in range(dv_):
+            sg += _dot(S0[b], GnT[b])
+        t1 = atot * sg
+
+        # dQ = scale ((din o dO) S0^T + (dA o E) K); term 2 from rowdot(Q, (din o dO) S0^T)
+        _row_scale(din, dO, Xvc)
+        _gemm(False, False, 1.0, Xvc, S0, 0.0, Ykc, ab)
+        suf = 0.0
+        for j in range(L - 1, -1, -1):
+            suf += _dot(Q[j], Ykc[j])
+            dlc[j] = t1 + scale * suf
+        _gemm(False, False, 1.0, dAc, K, 1.0, Ykc, ab)
+        if accumulate:
+            for j in range(L):
+                for a in range(dk_):
+                    dq[t0 + j, a] += scale * Ykc[j, a]
+        else:
+            for j in range(L):
+                for a in range(dk_):
+                    dq[t0 + j, a] = scale * Ykc[j, a]
+
+        # dK = (dout o V) Gn^T + scale (dA o E)^T Q
+        _row_scale(dout, V, Xvc)
+        _gemm(False, False, 1.0, Xvc, GnT, 0.0, Ykc, ab)
+        _gemm(True, False, scale, dAc, Q, 1.0, Ykc, ab)
+        if accumulate:
+            for j in range(L):
+                for a in range(dk_):
+                    dk[t0 + j, a] += Ykc[j, a]
+        else:
+            for j in range(L):
+                for a in range(dk_):
+                    dk[t0 + j, a] = Ykc[j, a]
+
+        # dV = (dout o K) Gn + scale (A o E)^T dO; term 3 from rowdot(V, (dout o K) Gn)
+        _row_scale(dout, K, Xkc)
+        _gemm(False, True, 1.0, Xkc, GnT, 0.0, dVc, ab)
+        pre = 0.0
+        for j in range(L):
+            dlc[j] += pre
+            pre += _dot(dVc[j], V[j])
+        _gemm(True, False, scale, Ac, dO, 1.0, dVc, ab)
+
+        # dlog_alpha term 4: sum over r >= j of P[r, j]
+        for j in range(L):
+            x = 0.0
+            for r in range(j, L):
+                x += Pc[r, j]
+            dlc[j] += scale * x
+
+        # carry into the previous chunk: Gn <- atot Gn + scale (din o Q)^T dO, transposed
+        _row_scale(din, Q, Xkc)
+        _gemm(True, False, scale, dO, Xkc, atot, GnT, ab)
+    dh0[:, :] = GnT.T
+
+
+@njit(parallel=True, **_JIT)
+def _vjp_heads_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, n_workers,
+                      dqh, dkh, dv, dla, dh0):  # pragma: no cover - compiled
+    """Workers over (b, h) pairs (pair p goes to worker p % n_workers); dq, dk per head."""
+    B, G, T, dk_ = q.shape
+    H, dv_ = v.shape[1], v.shape[3]
     hpg = H // G
-    n_ck = (T + C - 1) // C
-    for bh in prange(B * H):
-        b = bh // H
-        h = bh - b * H
-        g = h // hpg
-        # forward, keeping S before step c*C
-        ck = np.empty((max(n_ck, 1), dk, dv))
-        S = h0[b, h].copy()
-        for t in range(T):
-            if t % C == 0:
-                ck[t // C] = S
-            a = np.exp(log_alpha[b, h, t])
-            for i in range(dk):
-                ki = k[b, g, t, i]
-                for j in range(dv):
-                    S[i, j] = a * S[i, j] + ki * v[b, h, t, j]
-        Gc = np.zeros((dk, dv))
-        if has_dh_T:
-            Gc[:, :] = dh_T[b, h]
-        Gt = np.empty((dk, dv))
-        states = np.empty((C + 1, dk, dv))
-        for c in range(n_ck - 1, -1, -1):
-            start = c * C
-            stop = min(T, start + C)
-            states[0] = ck[c]
-            for t in range(start, stop):
-                a = np.exp(log_alpha[b, h, t])
-                r = t - start
-                for i in range(dk):
-                    ki = k[b, g, t, i]
-                    for j in range(dv):
-                        states[r + 1, i, j] = a * states[r, i, j] + ki * v[b, h, t, j]
-            for t in range(stop - 1, start - 1, -1):
-                r = t - start
-                a = np.exp(log_alpha[b, h, t])
-                # G_t = Gc + scale q_t^T do_t
-                for i in range(dk):
-                    sq = scale * q[b, g, t, i]
-                    for j in range(dv):
-                        Gt[i, j] = Gc[i, j] + sq * do[b, h, t, j]
-                # dq_t = scale S_t do_t ; dk_t = G_t v_t ; dla_t = a <S_{t-1}, G_t>
-                s_dot = 0.0
-                for i in range(dk):
-                    accq = 0.0
-                    acck = 0.0
-                    for j in range(dv):
-                        accq += states[r + 1, i, j] * do[b, h, t, j]
-                        acck += Gt[i, j] * v[b, h, t, j]
-                        s_dot += states[r, i, j] * Gt[i, j]
-                    dqh[b, h, t, i] = scale * accq
-                    dkh[b, h, t, i] = acck
-                dla[b, h, t] = a * s_dot
-                # dv_t = G_t^T k_t
-                for j in range(dv):
-                    dvv[b, h, t, j] = 0.0
-                for i in range(dk):
-                    ki = k[b, g, t, i]
-                    for j in range(dv):
-                        dvv[b, h, t, j] += Gt[i, j] * ki
-                for i in range(dk):
-                    for j in range(dv):
-                        Gc[i, j] = a * Gt[i, j]
-        for i in range(dk):
-            for j in range(dv):
-                dh0[b, h, i, j] = Gc[i, j]
+    n_chunks = (T + C - 1) // C
+    for w in prange(n_workers):
+        starts = np.empty((max(n_chunks, 1), dv_, dk_))
+        for bh in range(w, B * H, n_workers):
+            b = bh // H
+            h = bh - b * H
+            g = h // hpg
+            _vjp_head(q[b, g], k[b, g], v[b, h], log_alpha[b, h], h0[b, h], do[b, h],
+                      dh_T[b, h] if has_dh_T else dh_T[0, 0], has_dh_T, scale, C,
+                      dqh[b, h], dkh[b, h], False, dv[b, h], dla[b, h], dh0[b, h], starts)
 
 
-@njit(parallel=True, fastmath=False, cache=True)
+@njit(parallel=True, **_JIT)
+def _vjp_groups_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, n_workers,
+                       dq, dk, dv, dla, dh0):  # pragma: no cover - compiled
+    """Workers over (b, g) groups; the heads of a group run in order, adding into dq, dk."""
+    B, G, T, dk_ = q.shape
+    H, dv_ = v.shape[1], v.shape[3]
+    hpg = H // G
+    n_chunks = (T + C - 1) // C
+    for w in prange(n_workers):
+        starts = np.empty((max(n_chunks, 1), dv_, dk_))
+        for bg in range(w, B * G, n_workers):
+            b = bg // G
+            g = bg - b * G
+            for j in range(hpg):
+                h = g * hpg + j
+                _vjp_head(q[b, g], k[b, g], v[b, h], log_alpha[b, h], h0[b, h], do[b, h],
+                          dh_T[b, h] if has_dh_T else dh_T[0, 0], has_dh_T, scale, C,
+                          dq[b, g], dk[b, g], j > 0, dv[b, h], dla[b, h], dh0[b, h], starts)
+
+
+@njit(parallel=True, **_JIT)
 def _group_sum_kernel(xh, out):  # pragma: no cover - compiled
-    """out[b, g] = xh[b, g*hpg] + xh[b, g*hpg + 1] + ... (left to right, fixed order)."""
+    """out[b, g] = (xh[b, g*hpg] + xh[b, g*hpg + 1]) + ... (left to right, fixed order)."""
     B, H, T, d = xh.shape
     G = out.shape[1]
     hpg = H // G
     for bg in prange(B * G):
         b = bg // G
         g = bg - b * G
-        h0_ = g * hpg
+        first = g * hpg
         for t in range(T):
             for i in range(d):
-                s = xh[b, h0_, t, i]
+                s = xh[b, first, t, i]
                 for j in range(1, hpg):
-                    s += xh[b, h0_ + j, t, i]
+                    s += xh[b, first + j, t, i]
                 out[b, g, t, i] = s
 
 
 def _c64(x):
     return np.ascontiguousarray(x, dtype=np.float64)
+
+
+_CONTROLLER = None
+
+
+def _one_blas_thread():
+    """Context that holds BLAS to one thread (np.dot inside prange); no-op without threadpoolctl."""
+    global _CONTROLLER
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - threadpoolctl is in the test extra
+        import contextlib
+        return contextlib.nullcontext()
+    if _CONTROLLER is None:
+        # numba's np.dot calls the BLAS that scipy.linalg.cython_blas loads; load it before the
+        # controller takes its inventory of thread pools, or that BLAS is left unlimited.
+        import scipy.linalg.cython_blas  # noqa: F401
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER.limit(limits=1, user_api="blas")
 
 
 def forward(q, k, v, log_alpha, h0, scale=1.0):
@@ -161,7 +435,8 @@ def forward(q, k, v, log_alpha, h0, scale=1.0):
     dk = q.shape[3]
     o = np.empty((B, H, T, dv))
     h_T = np.empty((B, H, dk, dv))
-    _forward_kernel(q, k, v, log_alpha, h0, float(scale), o, h_T)
+    with _one_blas_thread():
+        _forward_kernel(q, k, v, log_alpha, h0, float(scale), CHUNK, o, h_T)
     return o, h_T
 
 
@@ -175,18 +450,28 @@ def vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False):
     B, G, T, dk = q.shape
     H, dv = v.shape[1], v.shape[3]
     has_dh_T = dh_T is not None
-    dh_T_arr = _c64(dh_T) if has_dh_T else np.zeros((0, 0, 0, 0))
-    dqh = np.empty((B, H, T, dk))
-    dkh = np.empty((B, H, T, dk))
+    dh_T_arr = _c64(dh_T) if has_dh_T else np.zeros((1, 1, dk, dv))
     dvv = np.empty((B, H, T, dv))
     dla = np.empty((B, H, T))
     dh0 = np.empty((B, H, dk, dv))
-    _vjp_kernel(q, k, v, log_alpha, h0, do, dh_T_arr, has_dh_T, float(scale),
-                _checkpoint_interval(T), dqh, dkh, dvv, dla, dh0)
-    if per_head or G == H:
-        return dqh, dkh, dvv, dla, dh0
-    dq = np.empty((B, G, T, dk))
-    dkg = np.empty((B, G, T, dk))
-    _group_sum_kernel(dqh, dq)
-    _group_sum_kernel(dkh, dkg)
-    return dq, dkg, dvv, dla, dh0
+    n_threads = get_num_threads()
+    grouped = not (per_head or G == H or B * G < n_threads)
+    n_workers = max(1, min(n_threads, B * G if grouped else B * H))
+    args = (q, k, v, log_alpha, h0, do, dh_T_arr, has_dh_T, float(scale), CHUNK, n_workers)
+    with _one_blas_thread():
+        if not grouped:
+            dqh = np.empty((B, H, T, dk))
+            dkh = np.empty((B, H, T, dk))
+            _vjp_heads_kernel(*args, dqh, dkh, dvv, dla, dh0)
+            if per_head or G == H:
+                return dqh, dkh, dvv, dla, dh0
+            dq = np.empty((B, G, T, dk))
+            dkg = np.empty((B, G, T, dk))
+            _group_sum_kernel(dqh, dq)
+            del dqh
+            _group_sum_kernel(dkh, dkg)
+            return dq, dkg, dvv, dla, dh0
+        dq = np.empty((B, G, T, dk))
+        dkg = np.empty((B, G, T, dk))
+        _vjp_groups_kernel(*args, dq, dkg, dvv, dla, dh0)
+        return dq, dkg, dvv, dla, dh0
