@@ -9,8 +9,10 @@ cumulative sum of log_alpha over the chunk's steps 0..i and S_n the state before
 
 Every exponent is a difference b_i - b_j with j <= i inside one chunk (b_{-1} = 0), never a
 product exp(b_i) * exp(-b_j), so strong decay (log_alpha ~ -30 per step) underflows to 0 instead
-of overflowing. Entries above the diagonal are masked *before* the exp (their exponent is set
-to 0, then the result to 0), so no masked inf ever appears, in the forward or the backward.
+of overflowing; b_i - b_j is itself summed over the segment j < s <= i (``_decays``), not
+subtracted from two cumulative sums. Entries above the diagonal are masked *before* the exp
+(their exponent is set to 0, then the result to 0), so no masked inf ever appears, in the
+forward or the backward.
 
 Backward (a ``jax.custom_vjp``): nothing is saved from the forward but the inputs themselves. The
 backward recomputes the chunk states S_0..S_N in one forward sweep over chunks, then runs a
