@@ -165,6 +165,14 @@ def _dot(x, y):  # pragma: no cover - compiled
 
 
 @njit(**_JIT)
+def _add_into(out, X):  # pragma: no cover - compiled
+    """out += X, elementwise."""
+    for i in range(X.shape[0]):
+        for a in range(X.shape[1]):
+            out[i, a] += X[i, a]
+
+
+@njit(**_JIT)
 def _forward_head(q, k, v, log_alpha, h0, scale, C, o, h_T):  # pragma: no cover - compiled
     """One (b, h): q, k (T, dk); v, o (T, dv); log_alpha (T,); h0, h_T (dk, dv)."""
     T, dk = q.shape
@@ -233,6 +241,7 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
     A = np.empty((C, C))
     dA = np.empty((C, C))
     P = np.empty((C, C))
+    sg = np.empty((1, 1))
 
     # Pass 1: the state at the start of every chunk.
     # The state is kept transposed, S^T (dv, dk), so that the products with it in pass 2 read
@@ -290,41 +299,31 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
                 Ac[r, i] = 0.0
                 dAc[r, i] = 0.0
 
-        # dlog_alpha term 1: atot <S0, Gn>
-        sg = 0.0
-        for b in range(dv_):
-            sg += _dot(S0[b], GnT[b])
-        t1 = atot * sg
+        # dlog_alpha term 1: atot <S0, Gn> (a dot product of dk*dv terms, through BLAS)
+        _gemm(False, True, 1.0, S0.reshape((1, dk_ * dv_)), GnT.reshape((1, dk_ * dv_)), 0.0,
+              sg, ab)
+        t1 = atot * sg[0, 0]
 
-        # dQ = scale ((din o dO) S0^T + (dA o E) K); term 2 from rowdot(Q, (din o dO) S0^T)
+        # dQ = scale (din o dO) S0^T + scale (dA o E) K; term 2 from rowdot(Q, first product).
+        # Written in place when this head is the first (or only) contribution to dq.
+        Yq = Ykc if accumulate else dq[t0:t0 + L]
         _row_scale(din, dO, Xvc)
-        _gemm(False, False, 1.0, Xvc, S0, 0.0, Ykc, ab)
+        _gemm(False, False, scale, Xvc, S0, 0.0, Yq, ab)
         suf = 0.0
         for j in range(L - 1, -1, -1):
-            suf += _dot(Q[j], Ykc[j])
-            dlc[j] = t1 + scale * suf
-        _gemm(False, False, 1.0, dAc, K, 1.0, Ykc, ab)
+            suf += _dot(Q[j], Yq[j])
+            dlc[j] = t1 + suf
+        _gemm(False, False, scale, dAc, K, 1.0, Yq, ab)
         if accumulate:
-            for j in range(L):
-                for a in range(dk_):
-                    dq[t0 + j, a] += scale * Ykc[j, a]
-        else:
-            for j in range(L):
-                for a in range(dk_):
-                    dq[t0 + j, a] = scale * Ykc[j, a]
+            _add_into(dq[t0:t0 + L], Ykc)
 
         # dK = (dout o V) Gn^T + scale (dA o E)^T Q
+        Yk_ = Ykc if accumulate else dk[t0:t0 + L]
         _row_scale(dout, V, Xvc)
-        _gemm(False, False, 1.0, Xvc, GnT, 0.0, Ykc, ab)
-        _gemm(True, False, scale, dAc, Q, 1.0, Ykc, ab)
+        _gemm(False, False, 1.0, Xvc, GnT, 0.0, Yk_, ab)
+        _gemm(True, False, scale, dAc, Q, 1.0, Yk_, ab)
         if accumulate:
-            for j in range(L):
-                for a in range(dk_):
-                    dk[t0 + j, a] += Ykc[j, a]
-        else:
-            for j in range(L):
-                for a in range(dk_):
-                    dk[t0 + j, a] = Ykc[j, a]
+            _add_into(dk[t0:t0 + L], Ykc)
 
         # dV = (dout o K) Gn + scale (A o E)^T dO; term 3 from rowdot(V, (dout o K) Gn)
         _row_scale(dout, K, Xkc)
