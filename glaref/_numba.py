@@ -6,7 +6,9 @@ Canonical "bhtd" float64 arrays in, float64 arrays out (see ``_inputs``):
     vjp(q, k, v, log_alpha, h0, do, dh_T, scale, per_head=False) -> (dq, dk, dv, dlog_alpha, dh0)
 
 The equations are those of ``_reference`` (docs/math.md, sections 1 and 2), evaluated chunk by
-chunk so that most of the work is matrix products (BLAS-3, through ``np.dot``).
+chunk so that most of the work is matrix products: BLAS dgemm, called from the compiled code
+through Numba's own binding to SciPy's BLAS (``numba_xxgemm``, the function behind ``np.dot``),
+with alpha/beta and leading dimensions so that products land in place, without temporaries.
 
 Chunked form. Split time into chunks of ``CHUNK`` steps. Inside a chunk with steps j = 0..L-1,
 start state S0 and end-of-chunk carry Gn (the cotangent flowing into the chunk from later steps):
@@ -48,16 +50,29 @@ kernels (sum over all s >= t of q_s.dq_s - k_s.dk_s), whose terms do not decay a
 under strong decay or long T.
 
 Determinism: kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs over independent
-(b, h) pairs (or (b, g) groups, see ``vjp``) only, with the time loop serial inside. The BLAS
-called by ``np.dot`` is held to one thread during our calls (threadpoolctl), so each product is
-computed the same way whatever the number of Numba threads. The group sum of dq and dk runs in
-a fixed head order (left to right), so results are bit-identical for any thread count.
+(b, h) pairs (or (b, g) groups, see ``vjp``) only, with the time loop serial inside. BLAS is
+held to one thread during our calls (threadpoolctl), so each product is computed the same way
+whatever the number of Numba threads (and BLAS threads do not compete with ours: without the
+limit, two Numba threads each starting BLAS threads ran 30x slower on 2 cores). The group sum
+of dq and dk runs in a fixed head order (left to right), so results are bit-identical for any
+thread count. Dot products in our own loops use eight interleaved partial sums in a fixed
+order (``_dot``), never a compiler-reassociated reduction.
 
-Memory: the backward stores the state at the start of every chunk for the (b, h) pairs being
-processed (T / CHUNK states of dk*dv each per thread in flight), nothing per (b, h) beyond the
-outputs; no O(T * dk * dv) storage. dq and dk are accumulated into the group's output directly
+Memory: the backward stores the state at the start of every chunk for the (b, h) pair a worker
+is processing (T / CHUNK states of dk*dv, one buffer per worker, reused), nothing per (b, h)
+beyond the outputs; no O(T * dk * dv) storage per head. dq and dk are accumulated into the group's output directly
 when there are at least as many groups as threads; otherwise per-head buffers are summed after
 the parallel loop. Both orders of summation are the same, so both give the same bits.
+
+Speed (tools/bench_oracle.py measures it). Per chunk of C steps the backward does
+10 C^2 d + 12 C d^2 flops (d = dk = dv) against the 12 C d^2 of the step-by-step form, the
+forward 4 C^2 d + 4 C d^2 against 4 C d^2; C = 32 keeps that overhead near 20 % at d = 128
+while the products stay large enough for BLAS (C = 64 was slower, C = 48 about equal). Which
+operand is stored transposed is chosen so that BLAS reads most operands in its fast order: the
+backward keeps the chunk-start states as S^T and the carry as Gn^T. Under gates so strong that
+decay factors reach the subnormal range inside a chunk (log_alpha ~ -30 on every step) the
+products meet subnormal numbers and run several times slower; they are kept, not flushed to
+zero, since an oracle does not drop terms.
 """
 
 from __future__ import annotations
@@ -418,6 +433,10 @@ def _one_blas_thread():
         from threadpoolctl import ThreadpoolController
     except ImportError:  # pragma: no cover - threadpoolctl is in the test extra
         import contextlib
+        import warnings
+        warnings.warn("glaref: threadpoolctl is not installed, so BLAS may start its own threads "
+                      "inside the oracle's parallel loop (slow; install threadpoolctl)",
+                      RuntimeWarning, stacklevel=3)
         return contextlib.nullcontext()
     if _CONTROLLER is None:
         # numba's np.dot calls the BLAS that scipy.linalg.cython_blas loads; load it before the

@@ -108,6 +108,13 @@ def test_stress_gates_agree(gate, shape):
     assert_agree(make_case(*shape, gate=gate))
 
 
+@pytest.mark.parametrize("gate", ["standard", "strong_decay", "zero", "near_one"])
+def test_many_chunks_agree(gate):
+    # T a multiple of the chunk size, and T long enough for many chunk boundaries
+    for T in (2 * _numba.CHUNK, 31 * _numba.CHUNK + 5):
+        assert_agree(make_case(1, 1, 2, T, 8, 6, gate=gate))
+
+
 def test_h0_dominant_agrees():
     assert_agree(make_case(1, 2, 4, 90, 16, 16, gate="near_one", h0_scale=1e4))
 
