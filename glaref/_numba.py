@@ -188,8 +188,22 @@ def _add_into(out, X):  # pragma: no cover - compiled
 
 
 @njit(**_JIT)
-def _forward_head(q, k, v, log_alpha, h0, scale, C, o, h_T):  # pragma: no cover - compiled
-    """One (b, h): q, k (T, dk); v, o (T, dv); log_alpha (T,); h0, h_T (dk, dv)."""
+def _qk_chunks(q, k, C, QK, ab):  # pragma: no cover - compiled
+    """QK[c, :L, :L] = Q_c K_c^T for every chunk c of one group's q, k (T, dk)."""
+    T = q.shape[0]
+    for c in range((T + C - 1) // C):
+        t0 = c * C
+        L = min(C, T - t0)
+        _gemm(False, True, 1.0, q[t0:t0 + L], k[t0:t0 + L], 0.0, QK[c, :L, :L], ab)
+
+
+@njit(**_JIT)
+def _forward_head(q, k, v, log_alpha, h0, scale, C, o, h_T, QK):  # pragma: no cover - compiled
+    """One (b, h): q, k (T, dk); v, o (T, dv); log_alpha (T,); h0, h_T (dk, dv).
+
+    QK (>= n_chunks, C, C) holds the chunks' Q K^T from ``_qk_chunks`` (shared by the heads of
+    a group).
+    """
     T, dk = q.shape
     ab = np.empty(2)
     E = np.empty((C, C))
@@ -210,10 +224,13 @@ def _forward_head(q, k, v, log_alpha, h0, scale, C, o, h_T):  # pragma: no cover
         Xc = Xd[:L]
         atot = _decays(log_alpha, t0, L, Ec, din, dout)
         # O = scale (din o Q) S0 + scale (Q K^T o E) V
-        _gemm(False, True, 1.0, Q, K, 0.0, Ac, ab)
+        QKc = QK[t0 // C]
         for j in range(L):
-            for i in range(L):
-                Ac[j, i] *= Ec[j, i]
+            for i in range(j + 1):
+                Ac[j, i] = QKc[j, i] * Ec[j, i]
+            for i in range(j + 1, L):  # set, not multiplied by 0: a non-finite future term
+                Ac[j, i] = 0.0         # must not leak into the past
+
         _row_scale(din, Q, Xc)
         _gemm(False, False, scale, Xc, S, 0.0, Oc, ab)
         _gemm(False, False, scale, Ac, V, 1.0, Oc, ab)
@@ -223,25 +240,40 @@ def _forward_head(q, k, v, log_alpha, h0, scale, C, o, h_T):  # pragma: no cover
 
 
 @njit(parallel=True, **_JIT)
-def _forward_kernel(q, k, v, log_alpha, h0, scale, C, o, h_T):  # pragma: no cover - compiled
-    B, G = q.shape[0], q.shape[1]
+def _forward_kernel(q, k, v, log_alpha, h0, scale, C, n_workers, grouped,
+                    o, h_T):  # pragma: no cover - compiled
+    """Workers over (b, g) groups (``grouped``: Q K^T once per group) or over (b, h) pairs."""
+    B, G, T, dk_ = q.shape
     H = v.shape[1]
     hpg = H // G
-    for bh in prange(B * H):
-        b = bh // H
-        h = bh - b * H
-        g = h // hpg
-        _forward_head(q[b, g], k[b, g], v[b, h], log_alpha[b, h], h0[b, h], scale, C,
-                      o[b, h], h_T[b, h])
+    n_chunks = (T + C - 1) // C
+    n_items = B * G if grouped else B * H
+    for w in prange(n_workers):
+        ab = np.empty(2)
+        QK = np.empty((max(n_chunks, 1), C, C))
+        for item in range(w, n_items, n_workers):
+            if grouped:
+                b = item // G
+                g = item - b * G
+                first, count = g * hpg, hpg
+            else:
+                b = item // H
+                first, count = item - b * H, 1
+                g = first // hpg
+            _qk_chunks(q[b, g], k[b, g], C, QK, ab)
+            for h in range(first, first + count):
+                _forward_head(q[b, g], k[b, g], v[b, h], log_alpha[b, h], h0[b, h], scale, C,
+                              o[b, h], h_T[b, h], QK)
 
 
 @njit(**_JIT)
 def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
-              dq, dk, accumulate, dv, dla, dh0, starts):  # pragma: no cover - compiled
+              dq, dk, accumulate, dv, dla, dh0, starts, QK):  # pragma: no cover - compiled
     """One (b, h). dq, dk (T, dk) are written, or added to when ``accumulate``.
 
     ``starts`` (>= ceil(T / C), dv, dk) is scratch for the chunk-start states S^T, reused across
     the heads one worker processes (a fresh allocation per head would page-fault every time).
+    ``QK`` holds the chunks' Q K^T from ``_qk_chunks`` (shared by the heads of a group).
     """
     T, dk_ = q.shape
     dv_ = v.shape[1]
@@ -297,7 +329,7 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
         Ykc = Yk[:L]
         atot = _decays(log_alpha, t0, L, Ec, din, dout)
 
-        _gemm(False, True, 1.0, Q, K, 0.0, Ac, ab)     # A[r, i] = q_r . k_i
+        QKc = QK[c]                                    # QK[r, i] = q_r . k_i
         _gemm(False, True, 1.0, dO, V, 0.0, dAc, ab)   # dA[r, i] = do_r . v_i
         # Mask A and dA by the decays; on the way, P[r, j] = sum_{i < j} W[r, i] (j <= r) with
         # W[r, i] = E[r, i] (q_r . k_i)(do_r . v_i), for the fourth dlog_alpha term.
@@ -305,7 +337,7 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
             acc = 0.0
             for i in range(r + 1):
                 e = Ec[r, i]
-                a_ = Ac[r, i] * e
+                a_ = QKc[r, i] * e
                 Ac[r, i] = a_
                 Pc[r, i] = acc
                 acc += a_ * dAc[r, i]
@@ -371,14 +403,17 @@ def _vjp_heads_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, n_wo
     hpg = H // G
     n_chunks = (T + C - 1) // C
     for w in prange(n_workers):
+        ab = np.empty(2)
         starts = np.empty((max(n_chunks, 1), dv_, dk_))
+        QK = np.empty((max(n_chunks, 1), C, C))
         for bh in range(w, B * H, n_workers):
             b = bh // H
             h = bh - b * H
             g = h // hpg
+            _qk_chunks(q[b, g], k[b, g], C, QK, ab)
             _vjp_head(q[b, g], k[b, g], v[b, h], log_alpha[b, h], h0[b, h], do[b, h],
                       dh_T[b, h] if has_dh_T else dh_T[0, 0], has_dh_T, scale, C,
-                      dqh[b, h], dkh[b, h], False, dv[b, h], dla[b, h], dh0[b, h], starts)
+                      dqh[b, h], dkh[b, h], False, dv[b, h], dla[b, h], dh0[b, h], starts, QK)
 
 
 @njit(parallel=True, **_JIT)
@@ -390,15 +425,18 @@ def _vjp_groups_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, n_w
     hpg = H // G
     n_chunks = (T + C - 1) // C
     for w in prange(n_workers):
+        ab = np.empty(2)
         starts = np.empty((max(n_chunks, 1), dv_, dk_))
+        QK = np.empty((max(n_chunks, 1), C, C))
         for bg in range(w, B * G, n_workers):
             b = bg // G
             g = bg - b * G
+            _qk_chunks(q[b, g], k[b, g], C, QK, ab)
             for j in range(hpg):
                 h = g * hpg + j
                 _vjp_head(q[b, g], k[b, g], v[b, h], log_alpha[b, h], h0[b, h], do[b, h],
                           dh_T[b, h] if has_dh_T else dh_T[0, 0], has_dh_T, scale, C,
-                          dq[b, g], dk[b, g], j > 0, dv[b, h], dla[b, h], dh0[b, h], starts)
+                          dq[b, g], dk[b, g], j > 0, dv[b, h], dla[b, h], dh0[b, h], starts, QK)
 
 
 @njit(parallel=True, **_JIT)
@@ -453,8 +491,11 @@ def forward(q, k, v, log_alpha, h0, scale=1.0):
     dk = q.shape[3]
     o = np.empty((B, H, T, dv))
     h_T = np.empty((B, H, dk, dv))
+    n_threads = get_num_threads()
+    grouped = B * q.shape[1] >= n_threads
+    n_workers = max(1, min(n_threads, B * q.shape[1] if grouped else B * H))
     with _one_blas_thread():
-        _forward_kernel(q, k, v, log_alpha, h0, float(scale), CHUNK, o, h_T)
+        _forward_kernel(q, k, v, log_alpha, h0, float(scale), CHUNK, n_workers, grouped, o, h_T)
     return o, h_T
 
 
