@@ -457,6 +457,12 @@ def _group_sum_kernel(xh, out):  # pragma: no cover - compiled
                 out[b, g, t, i] = s
 
 
+@njit(**_JIT)
+def _first_gemm(x):  # pragma: no cover - compiled
+    ab = np.empty(2)
+    _gemm(False, False, 1.0, x, x, 0.0, x, ab)
+
+
 def _c64(x):
     return np.ascontiguousarray(x, dtype=np.float64)
 
@@ -465,22 +471,28 @@ _CONTROLLER = None
 
 
 def _one_blas_thread():
-    """Context that holds BLAS to one thread (np.dot inside prange); no-op without threadpoolctl."""
+    """Context that holds BLAS to one thread (dgemm inside prange); no-op without threadpoolctl."""
     global _CONTROLLER
     try:
         from threadpoolctl import ThreadpoolController
     except ImportError:  # pragma: no cover - threadpoolctl is in the test extra
         import contextlib
         import warnings
+        if _CONTROLLER is None:
+            _first_gemm(np.ones((1, 1)))
+            _CONTROLLER = False
         warnings.warn("glaref: threadpoolctl is not installed, so BLAS may start its own threads "
                       "inside the oracle's parallel loop (slow; install threadpoolctl)",
                       RuntimeWarning, stacklevel=3)
         return contextlib.nullcontext()
     if _CONTROLLER is None:
-        # numba's np.dot calls the BLAS that scipy.linalg.cython_blas loads; load it before the
-        # controller takes its inventory of thread pools, or that BLAS is left unlimited.
+        # numba_xxgemm (also behind np.dot) calls the BLAS that scipy.linalg.cython_blas loads;
+        # load it before the controller takes its inventory, or that BLAS is left unlimited.
         import scipy.linalg.cython_blas  # noqa: F401
         _CONTROLLER = ThreadpoolController()
+        # numba_xxgemm looks its BLAS pointer up under the GIL on first use: make that first use
+        # here, on this thread, rather than inside a worker of the parallel loop.
+        _first_gemm(np.ones((1, 1)))
     return _CONTROLLER.limit(limits=1, user_api="blas")
 
 
