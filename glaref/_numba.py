@@ -60,16 +60,18 @@ order (``_dot``), never a compiler-reassociated reduction.
 
 Memory: the backward stores the state at the start of every chunk for the (b, h) pair a worker
 is processing (T / CHUNK states of dk*dv, one buffer per worker, reused), nothing per (b, h)
-beyond the outputs; no O(T * dk * dv) storage per head. dq and dk are accumulated into the group's output directly
-when there are at least as many groups as threads; otherwise per-head buffers are summed after
-the parallel loop. Both orders of summation are the same, so both give the same bits.
+beyond the outputs; no O(T * dk * dv) storage per head. dq and dk are accumulated into the
+group's output directly when there are at least as many groups as threads; otherwise per-head
+buffers are summed after the parallel loop. Both orders of summation are the same, so both give
+the same bits.
 
 Speed (tools/bench_oracle.py measures it). Per chunk of C steps the backward does
 10 C^2 d + 12 C d^2 flops (d = dk = dv) against the 12 C d^2 of the step-by-step form, the
 forward 4 C^2 d + 4 C d^2 against 4 C d^2; C = 32 keeps that overhead near 20 % at d = 128
 while the products stay large enough for BLAS (C = 64 was slower, C = 48 about equal). Which
 operand is stored transposed is chosen so that BLAS reads most operands in its fast order: the
-backward keeps the chunk-start states as S^T and the carry as Gn^T. Under gates so strong that
+backward keeps the chunk-start states as S^T and the carry as Gn^T. Q K^T depends on the
+group only, so it is formed once per group and chunk and shared by the group's heads. Under gates so strong that
 decay factors reach the subnormal range inside a chunk (log_alpha ~ -30 on every step) the
 products meet subnormal numbers and run several times slower; they are kept, not flushed to
 zero, since an oracle does not drop terms.
