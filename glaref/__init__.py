@@ -20,6 +20,7 @@ __all__ = [
     "scales",
     "GlarefError",
     "Grads",
+    "Scales",
     "LayoutError",
     "NonFiniteError",
     "ShapeError",
@@ -33,12 +34,18 @@ __all__ = [
 def __getattr__(name: str):
     # Lazy attributes: the audit engine and the JAX kernels pull in jax; scales pulls in the oracle.
     if name == "audit":
-        from .audit import audit
-        return audit
+        # the subpackage itself, which is callable (glaref.audit(...) runs glaref.audit.audit):
+        # the same object whether or not ``import glaref.audit`` ran first, since that import
+        # binds this attribute to the subpackage too
+        import importlib
+        return importlib.import_module(".audit", __name__)
     if name == "kernels":
         import importlib
         return importlib.import_module(".kernels", __name__)
     if name == "scales":
         from ._budget import scales as public_scales
         return public_scales
+    if name == "Scales":
+        from ._budget import Scales
+        return Scales
     raise AttributeError(f"module 'glaref' has no attribute {name!r}")

@@ -1,16 +1,18 @@
-"""Error metrics of one kernel output against the float64 oracle, and the per-output verdict.
+"""Error figures of one kernel output against the float64 oracle.
 
 Every figure compares an output ``x`` of the kernel under audit with the oracle's ``ref`` on the
 same (already rounded) inputs, both canonical float64 arrays:
 
     rel_err      ||x - ref||_2 / ||ref||_2          (normwise; the seed report's figure)
     max_abs_err  max |x - ref|
-    budget_ulps  max |x - ref| / (scale * u)        (scale: ``_budget.scales``; u: unit roundoff
-                                                     of the kernel's compute dtype; 0/0 counts 0)
+    budget_ulps  max |x - ref| / (u * scale + floor) (``glaref._budget.budget_ulps``: scale from
+                                                     ``_budget``, u the unit roundoff of the
+                                                     kernel's compute dtype, floor the underflow
+                                                     allowance)
     nonfinite    count of NaN/inf in x, and the index of the first one
 
-``judge`` turns those figures into a verdict for one output. It is the single place the audit
-decides pass or fail, so that the error-budget verdict of issue 6 replaces one function.
+The verdict on these figures is ``glaref._verdict.judge`` (budget_ulps against the bound of a
+correct kernel; non-finite values always fail); rel_err and max_abs_err are reported, not judged.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from . import tolerances
+from . import _budget
 
 OUTPUTS = ("o", "h_T")
 GRADS = ("q", "k", "v", "log_alpha", "h0")
@@ -48,19 +50,6 @@ def max_abs_err(x: np.ndarray, ref: np.ndarray) -> float:
         return float(np.max(np.abs(x - ref)))
 
 
-def budget_ulps(x: np.ndarray, ref: np.ndarray, scale: np.ndarray | None, u: float) -> float | None:
-    """max |x - ref| / (scale * u) elementwise; an exact element (0/0) counts 0, x/0 counts inf."""
-    if scale is None:
-        return None
-    if x.size == 0:
-        return 0.0
-    err = np.abs(x - ref)
-    denom = scale * u
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(err == 0.0, 0.0, err / denom)
-    return float(np.max(ratio))
-
-
 def nonfinite(x: np.ndarray) -> tuple[int, list[int] | None]:
     """Number of NaN/inf entries of x and the index of the first one (None when there is none)."""
     bad = ~np.isfinite(x)
@@ -70,10 +59,12 @@ def nonfinite(x: np.ndarray) -> tuple[int, list[int] | None]:
     return n, [int(i) for i in np.argwhere(bad)[0]]
 
 
-def measure(x: np.ndarray, ref: np.ndarray, scale: np.ndarray | None, u: float) -> dict[str, Any]:
-    """rel_err, max_abs_err and budget_ulps of one output (x and ref canonical float64)."""
-    return {"rel_err": rel_err(x, ref), "max_abs_err": max_abs_err(x, ref),
-            "budget_ulps": budget_ulps(x, ref, scale, u)}
+def measure(name: str, x: np.ndarray, ref: np.ndarray, scale: np.ndarray | None,
+            compute_dtype: str, dims) -> dict[str, Any]:
+    """rel_err, max_abs_err and budget_ulps (None without a scale) of output ``name``; x, ref and
+    scale canonical float64 arrays of one shape, ``dims`` the problem's sizes (underflow floor)."""
+    ulps = None if scale is None else _budget.budget_ulps(name, x, ref, scale, compute_dtype, dims)[0]
+    return {"rel_err": rel_err(x, ref), "max_abs_err": max_abs_err(x, ref), "budget_ulps": ulps}
 
 
 def compute_dtype(dtype: str, precision: str, platform: str) -> str:
@@ -86,29 +77,3 @@ def compute_dtype(dtype: str, precision: str, platform: str) -> str:
     if dtype == "float32" and platform in ("gpu", "cuda") and precision in ("default", "high"):
         return "tf32"
     return dtype
-
-
-def rel_tolerance(cdtype: str) -> float:
-    """Normwise relative tolerance for a kernel computing in ``cdtype`` (glaref/tolerances.py)."""
-    return tolerances.tol(f"audit_rel_err_{cdtype}")
-
-
-def judge(output_name: str, metrics: dict[str, Any], compute_dtype: str, dims: Any,
-          mode: str, *, chunk_size: int | None = None, log_alpha: np.ndarray | None = None
-          ) -> tuple[bool, str]:
-    """Verdict for one output: (ok, reason). Non-finite values always fail.
-
-    metrics: rel_err, max_abs_err, budget_ulps, nonfinite, first_nonfinite of the output.
-    For now the verdict compares the normwise relative error with the dtype's tolerance from the
-    tolerance table. ``dims``, ``mode``, the kernel's ``chunk_size`` (1 for a scan, None when
-    unknown) and the canonical ``log_alpha`` it received are passed so that the budget-based
-    verdict (glaref/_verdict.py) can take this function's place without touching the engine.
-    """
-    n = metrics.get("nonfinite", 0)
-    if n:
-        return False, f"{output_name}: {n} non-finite value(s), first at {metrics.get('first_nonfinite')}"
-    r = metrics["rel_err"]
-    limit = rel_tolerance(compute_dtype)
-    if r is None or not math.isfinite(r) or r > limit:
-        return False, f"{output_name}: rel_err {r:.3g} > {limit:.3g} ({compute_dtype})"
-    return True, ""

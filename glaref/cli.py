@@ -39,7 +39,9 @@ def _parser() -> _Parser:
     a = sub.add_parser(
         "audit", help="audit JAX kernels against the float64 oracle",
         description="Per-output and per-gradient accuracy (vs the float64 oracle), time and XLA "
-        "memory of JAX kernels, in the seed report's format. Exit 0 within tolerance, 1 exceeded "
+        "memory of JAX kernels, in the seed report's format. Verdict per output: no non-finite "
+        "value and budget_ulps (error in units of the compute dtype's rounding, relative to the "
+        "sum of |terms|) within the bound of a correct kernel. Exit 0 within the bound, 1 exceeded "
         "or non-finite, 2 usage error, 3 environment error.")
     a.add_argument("--impl", help="comma-separated kernels: chunked, scan, package.module:function "
                    "or path/to/file.py:function (default: the preset's, chunked,scan)")
@@ -56,7 +58,16 @@ def _parser() -> _Parser:
     a.add_argument("--precision", default="default", help="jax matmul precision: default, high or "
                    "highest (on NVIDIA GPUs default float32 matmuls run as TF32)")
     a.add_argument("--backend", help="cpu or gpu (default: jax's default backend)")
-    a.add_argument("--repeats", type=int, help="timed repeats per row (default: the preset's, 3)")
+    a.add_argument("--repeats", type=int, help="timed repeats per row (default: the preset's, 3; "
+                   "0: accuracy only, no timing)")
+    a.add_argument("--chunk-size", type=int, help="user kernels: their chunk length (1 for a "
+                   "step-by-step scan), which tightens the error bound; default unknown (the "
+                   "larger bound of 1 and T). Built-in kernels carry their own")
+    a.add_argument("--accumulate-dtype", choices=("float64", "float32", "float16", "bfloat16"),
+                   help="user kernels: the dtype they accumulate and carry states in when their "
+                   "inputs are narrower (e.g. float32 for a bfloat16 kernel); default: every "
+                   "operation may round to the input dtype, which leaves 16-bit kernels almost "
+                   "no bound (only non-finite values fail). Built-in kernels accumulate in float32")
     a.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     a.add_argument("--regime", default="standard", help="comma-separated input regimes from "
                    "glaref.regimes (default standard)")
@@ -127,7 +138,8 @@ def _audit(ns: argparse.Namespace) -> int:
         audit(impls, configs, ns.seq, ns.mode, preset=ns.preset, dtype=ns.dtype,
               precision=ns.precision, backend=ns.backend, layout=ns.layout, scale=ns.scale,
               repeats=ns.repeats, seed=ns.seed, regimes=ns.regime, json_path=ns.json,
-              oracle_impl=ns.oracle, on_record=keep,
+              oracle_impl=ns.oracle, chunk_size=ns.chunk_size,
+              accumulate_dtype=ns.accumulate_dtype, on_record=keep,
               progress=progress if sys.stderr.isatty() else None)
     except AuditUsageError as exc:
         _err(str(exc))

@@ -43,9 +43,10 @@ SEED_GRADS = {"q", "k", "v", "log_alpha", "h0"}
 SEED_DEVICE = {"jax", "backend", "devices", "python", "device_kind", "gpu", "driver",
                "gpu_memory_gb", "torch", "torch_cuda"}
 SEED_CONFIG = {"device", "configs", "seq_lens", "impls", "repeats"}
-OUR_ADDITIONS = {"rel_err_out", "max_abs_err", "budget_ulps", "budget_ulps_direct", "nonfinite",
-                 "nonfinite_first_index", "dtype", "compute_dtype", "precision", "layout",
-                 "regime", "seed", "scale", "final_state", "ok", "failures", "oracle_ms"}
+OUR_ADDITIONS = {"rel_err_out", "max_abs_err", "budget_ulps", "budget_bound", "budget_ulps_direct",
+                 "nonfinite", "nonfinite_first_index", "dtype", "compute_dtype", "precision",
+                 "layout", "regime", "seed", "scale", "final_state", "chunk_size",
+                 "accumulate_dtype", "ok", "failures", "oracle_ms"}
 
 
 def _nrel(x, ref):
@@ -82,6 +83,22 @@ def test_errors_match_a_hand_run_of_jax_against_the_oracle():
     # errors of a float32 recurrence are float32-sized but not zero: the comparison is real
     assert 0 < fwd["rel_err_out"]["o"] <= tol("audit_rel_err_float32")
 
+    # budget_ulps = max |x - ref| / (u scale) by hand, scales from the public glaref.scales
+    # (the underflow floor is ~1e-36 here, far below u * scale, so it is left out)
+    sc = glaref.scales(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, impl="numpy")
+    u = UNIT_ROUNDOFF["float32"]
+    by_hand = {"o": (o, o_ref, sc.o), "h_T": (h_T, hT_ref, sc.h_T)}
+    by_hand.update({n: (g, gr, sc.log_alpha_identity if n == "log_alpha" else getattr(sc, n))
+                    for n, g, gr in zip(glaref.Grads._fields, grads, g_ref)})
+    for name, (x, ref, s) in by_hand.items():
+        want = float(np.max(np.abs(np.asarray(x, np.float64) - ref) / (u * s)))
+        assert bwd["budget_ulps"][name] == pytest.approx(want, rel=1e-6), name
+        assert 0 < bwd["budget_ulps"][name] <= bwd["budget_bound"][name], name
+    want = float(np.max(np.abs(np.asarray(grads[3], np.float64) - g_ref.log_alpha) / (u * sc.log_alpha)))
+    assert bwd["budget_ulps_direct"]["log_alpha"] == pytest.approx(want, rel=1e-6)
+    # a user callable is judged with unknown chunking and no wider accumulation
+    assert bwd["chunk_size"] is None and bwd["accumulate_dtype"] is None
+
 
 def test_a_kernel_returning_o_only_gets_no_dh_T():
     # with dh_T = 0 the reference gradients differ from those with dh_T; the audit must use the former
@@ -100,8 +117,10 @@ def test_a_kernel_returning_a_list_is_audited_like_a_tuple():
 def test_a_one_percent_defect_is_measured_as_one_percent_and_fails():
     (r,) = glaref.audit([ak.wrong_kernel], TINY, [9], ["fwd"], **FAST)
     assert r["rel_err_out"]["o"] == pytest.approx(0.01, abs=1.01 * tol("audit_rel_err_float32"))
-    assert r["ok"] is False and r["failures"][0].startswith("o: rel_err")
-    assert summary([r])[0] == 1
+    assert r["ok"] is False and r["failures"][0].startswith("o: budget_ulps")
+    assert r["budget_ulps"]["o"] > r["budget_bound"]["o"]
+    code, line = summary([r])
+    assert code == 1 and "o: budget_ulps" in line
 
 
 def test_nan_outputs_are_counted_and_located_in_the_kernels_layout(tmp_path):
@@ -241,7 +260,9 @@ def test_module_and_file_specs_load_the_same_kernel():
     (dict(modes="bwd"), "mode"), (dict(dtype="int8"), "dtype"), (dict(precision="tf32"), "precision"),
     (dict(seqs="0"), "seq"), (dict(layout="tbhd"), "layout"), (dict(regimes="wild"), "regime"),
     (dict(impls="no_such_module_xyz:f"), "impl"), (dict(impls="missing_file.py:f"), "impl"),
-    (dict(impls="justaname"), "impl"), (dict(repeats=0), "repeats"),
+    (dict(impls="justaname"), "impl"), (dict(repeats=-1), "repeats"),
+    (dict(chunk_size=0), "chunk_size"), (dict(accumulate_dtype="int8"), "accumulate_dtype"),
+    (dict(accumulate_dtype="bfloat16"), "accumulate_dtype"),     # coarser than float32 inputs
 ])
 def test_bad_arguments_are_usage_errors_naming_the_argument(kwargs, word):
     with pytest.raises(AuditUsageError, match=word):
@@ -250,10 +271,62 @@ def test_bad_arguments_are_usage_errors_naming_the_argument(kwargs, word):
 
 def test_glaref_audit_is_callable_before_and_after_the_subpackage_is_imported():
     import importlib
+    import subprocess
+    import sys
     mod = importlib.import_module("glaref.audit")
-    assert callable(glaref.audit) and callable(mod)
+    assert callable(glaref.audit) and callable(mod) and glaref.audit is mod
+    from glaref.audit import audit
+    assert audit is mod.audit
     (r,) = mod([ak.scan_kernel], TINY, [5], ["fwd"], **FAST)
     assert r["ok"]
+    # in a fresh interpreter, attribute access first: the same callable subpackage
+    code = ("import glaref; a = glaref.audit; import glaref.audit as m; from glaref.audit import "
+            "audit; print(a is m, callable(a), audit is m.audit, glaref.Scales.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["True", "True", "True", "Scales"], out.stdout + out.stderr
+
+
+def test_repeats_0_measures_accuracy_without_timing():
+    a, = glaref.audit([ak.scan_kernel_final], TINY, [9], ["fwd_bwd"], repeats=0, oracle_impl="numpy")
+    b, = glaref.audit([ak.scan_kernel_final], TINY, [9], ["fwd_bwd"], **FAST)
+    assert a["ok"] and all(a[k] is None for k in ("inner", "median_ms", "q1_ms", "q3_ms"))
+    assert a["compile_s"] > 0 and a["residual_mb"] == b["residual_mb"]
+    assert b["inner"] >= 1 and b["median_ms"] > 0
+    assert a["rel_err_grads"] == b["rel_err_grads"] and a["budget_ulps"] == b["budget_ulps"]
+
+
+def test_chunk_size_and_accumulate_dtype_describe_user_kernels():
+    # a step-by-step kernel declared as such gets a bound no larger than with unknown chunking
+    known, = glaref.audit([ak.scan_kernel_final], GQA, [40], ["fwd_bwd"], chunk_size=1, **FAST)
+    unknown, = glaref.audit([ak.scan_kernel_final], GQA, [40], ["fwd_bwd"], **FAST)
+    assert known["ok"] and known["chunk_size"] == 1
+    assert all(known["budget_bound"][n] <= unknown["budget_bound"][n] for n in known["budget_bound"])
+    assert known["budget_bound"]["h_T"] < unknown["budget_bound"]["h_T"]
+
+    # bfloat16 inputs, o wrong by 50 %: with every operation allowed to round to bfloat16 the
+    # bound is infinite (nothing can be concluded, so it passes); declared as accumulating in
+    # float32 it is held to a few bfloat16 roundings and fails
+    def half_wrong(q, k, v, log_alpha, h0):
+        return ak.bf16_only_kernel(q, k, v, log_alpha, h0) * 1.5
+
+    loose, = glaref.audit([half_wrong], TINY, [9], ["fwd"], dtype="bfloat16", **FAST)
+    strict, = glaref.audit([half_wrong], TINY, [9], ["fwd"], dtype="bfloat16",
+                           accumulate_dtype="float32", **FAST)
+    assert loose["ok"] and loose["budget_bound"]["o"] == math.inf and loose["accumulate_dtype"] is None
+    assert strict["accumulate_dtype"] == "float32" and math.isfinite(strict["budget_bound"]["o"])
+    assert strict["ok"] is False and strict["failures"][0].startswith("o: budget_ulps")
+    # the kernel's own rounding figures are the same; only the bound differs
+    assert strict["budget_ulps"] == loose["budget_ulps"]
+
+
+def test_builtin_kernels_are_judged_with_their_chunk_and_float32_accumulation():
+    recs = glaref.audit(None, TINY, [9], ["fwd_bwd"], dtype="bfloat16", repeats=0, oracle_impl="numpy")
+    by = {r["impl"]: r for r in recs}
+    assert by["chunked"]["chunk_size"] == 64 and by["scan"]["chunk_size"] == 1
+    assert all(r["ok"] and r["accumulate_dtype"] == "float32" for r in recs), \
+        [r.get("failures") for r in recs]
+    f32 = glaref.audit(None, TINY, [9], ["fwd_bwd"], repeats=0, oracle_impl="numpy")
+    assert all(r["accumulate_dtype"] is None for r in f32)   # float32 inputs: nothing wider
 
 
 # ---------------------------------------------------------------- metrics
@@ -265,9 +338,11 @@ def test_metrics_on_known_values():
     assert _metrics.rel_err(np.ones(2), np.zeros(2)) == math.inf
     assert math.isnan(_metrics.rel_err(np.array([np.nan, 4.0]), ref))
     assert _metrics.max_abs_err(np.array([3.0, 4.5]), ref) == 0.5
-    # exact elements count 0 even where the scale is 0; an error where the scale is 0 is inf
-    assert _metrics.budget_ulps(np.array([3.0, 4.5]), ref, np.array([0.0, 2.0]), 0.25) == 1.0
-    assert _metrics.budget_ulps(np.array([3.5, 4.0]), ref, np.array([0.0, 2.0]), 0.25) == math.inf
+    # budget_ulps of measure: max |x - ref| / (u scale + floor), floor negligible at scale 2
+    m = _metrics.measure("h_T", np.array([3.0, 4.5]), ref, np.array([1.0, 2.0]), "bfloat16",
+                         Dims(1, 1, 1, 1, 1, 1))
+    assert m["budget_ulps"] == pytest.approx(0.5 / (2.0 * UNIT_ROUNDOFF["bfloat16"]), rel=1e-12)
+    assert m["rel_err"] == 0.1 and m["max_abs_err"] == 0.5
     assert _metrics.nonfinite(np.array([[1.0, 2.0], [np.inf, np.nan]])) == (2, [1, 0])
     assert _metrics.nonfinite(ref) == (0, None)
     assert _metrics.compute_dtype("float32", "default", "gpu") == "tf32"

@@ -53,7 +53,9 @@ def test_exit_0_prints_the_table_and_writes_the_json(capsys, tmp_path):
 def test_exit_1_for_a_wrong_kernel_and_exit_zero_overrides(capsys):
     code, out, _ = run(capsys, "--impl", kernel("wrong_kernel"), *TINY, "--mode", "fwd")
     assert code == 1
-    assert "FAIL: 1 of 1 rows" in out and "o: rel_err" in out
+    assert "FAIL: 1 of 1 rows" in out and "o: budget_ulps" in out
+    row = [ln for ln in out.splitlines() if ln.startswith(kernel("wrong_kernel"))][0]
+    assert row.rstrip().endswith("FAIL o")          # the table names the failing outputs
     code, _, _ = run(capsys, "--impl", kernel("wrong_kernel"), *TINY, "--mode", "fwd", "--exit-zero")
     assert code == 0
 
@@ -61,7 +63,7 @@ def test_exit_1_for_a_wrong_kernel_and_exit_zero_overrides(capsys):
 def test_exit_1_for_a_nan_kernel_without_crashing(capsys):
     code, out, _ = run(capsys, "--impl", kernel("nan_kernel_bthd"), "--layout", "bthd", *TINY)
     assert code == 1
-    assert "o: 2 non-finite value(s), first at [0, 5, 1, 0]" in out
+    assert "o: 2 non-finite value(s), first at (0, 5, 1, 0)" in out
 
 
 def test_a_raising_kernel_is_reported_skipped_beside_a_passing_one(capsys):
@@ -76,13 +78,26 @@ def test_a_raising_kernel_is_reported_skipped_beside_a_passing_one(capsys):
 @pytest.mark.parametrize("args", [
     ["--no-such-flag"], ["--mode", "backward"], ["--config", "1,2,3"], ["--config", "nope"],
     ["--preset", "huge"], ["--impl", "missing_file.py:f"], ["--dtype", "int8"], ["--seq", "x"],
-    ["--repeats", "two"],
+    ["--repeats", "two"], ["--repeats", "-1"], ["--chunk-size", "0"],
+    ["--accumulate-dtype", "int8"], ["--accumulate-dtype", "bfloat16"],
 ])
 def test_exit_2_for_usage_errors_with_one_line_reason(capsys, args):
     code, out, err = run(capsys, *args)
     assert code == 2
     assert "error:" in err.splitlines()[-1]
     assert out == ""                      # no table header before a refusal
+
+
+def test_repeats_0_chunk_size_and_accumulate_dtype_reach_the_engine(capsys, tmp_path):
+    out_json = tmp_path / "r.json"
+    code, out, err = run(capsys, "--impl", kernel("bf16_only_kernel"), "--config", "1,1,2,8,4",
+                         "--seq", "9", "--mode", "fwd", "--repeats", "0", "--oracle", "numpy",
+                         "--dtype", "bfloat16", "--chunk-size", "1", "--accumulate-dtype", "float32",
+                         "--json", str(out_json))
+    assert code == 0, out + err
+    (r,) = json.loads(out_json.read_text())["results"]
+    assert r["chunk_size"] == 1 and r["accumulate_dtype"] == "float32" and r["median_ms"] is None
+    assert r["budget_bound"]["o"] is not None        # finite (JSON null would mean infinite)
 
 
 def test_exit_2_without_a_command(capsys):

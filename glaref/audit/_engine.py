@@ -8,7 +8,9 @@ Then for every mode and kernel one row is measured (``_run_row``) and appended t
 the JSON file (rewritten atomically after every row) and to the caller's callback.
 
 A kernel that raises is recorded as "skipped" with the reason and the audit goes on; a kernel
-whose outputs are non-finite or exceed the tolerance is recorded as failed (``ok`` false).
+with a non-finite output, or an output whose budget_ulps exceeds the bound of a correct kernel
+(``glaref._verdict.judge``), is recorded as failed (``ok`` false, ``failures`` naming each
+failing output with its figure).
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .. import _metrics
+from .. import _metrics, _verdict
 from .._inputs import Dims, Problem, check_layout, from_canonical, to_canonical
 from ._errors import AuditUsageError
 from ._presets import MODES, PRESETS, check_config, parse_config
 from ._subjects import Subject, resolve
 from . import _device, _report, _timing
+from ..tolerances import UNIT_ROUNDOFF
 
 # where each output lives in a layout: the _inputs "kind" of every kernel output and gradient
 _KINDS = {"o": "v", "h_T": "state", "q": "qk", "k": "qk", "v": "v", "log_alpha": "gate", "h0": "state"}
@@ -209,6 +212,16 @@ def _worst(values: Iterable[float]) -> float:
     return max(vals) if vals else math.nan
 
 
+def _accumulate(subject: Subject, cdtype: str) -> str | None:
+    """The accumulate_dtype a subject is judged with at compute dtype ``cdtype``: its own when it
+    is strictly more precise than ``cdtype`` (a float32 promise means nothing for float32 or
+    float64 inputs), else None."""
+    acc = subject.accumulate_dtype
+    if acc is None or UNIT_ROUNDOFF[acc] >= UNIT_ROUNDOFF[cdtype]:
+        return None
+    return acc
+
+
 class _Run:
     """Everything fixed for one audit call, and the per-row measurement."""
 
@@ -224,8 +237,6 @@ class _Run:
         self.repeats, self.seed, self.oracle_impl = repeats, seed, oracle_impl
         self.memory_guard = memory_guard
         self.cdtype = _metrics.compute_dtype(dtype, precision, device.platform)
-        from ..tolerances import UNIT_ROUNDOFF
-        self.u = UNIT_ROUNDOFF[self.cdtype]
 
     def precision_ctx(self):
         if self.precision == "default":
@@ -245,10 +256,11 @@ class _Run:
         return {"impl": subject.name, "mode": mode, "config": cname, "batch": dims.B,
                 "groups": dims.G, "heads": dims.H, "seq": dims.T, "dk": dims.dk, "dv": dims.dv}
 
-    def params(self, regime: str, final: bool | None) -> dict[str, Any]:
+    def params(self, subject: Subject, regime: str, final: bool | None) -> dict[str, Any]:
         return {"dtype": self.dtype, "compute_dtype": self.cdtype, "precision": self.precision,
                 "layout": self.layout, "regime": regime, "seed": self.seed, "scale": self.scale,
-                "final_state": final}
+                "final_state": final, "chunk_size": subject.chunk_size,
+                "accumulate_dtype": _accumulate(subject, self.cdtype)}
 
     def row(self, subject: Subject, mode: str, cname: str, dims: Dims, regime: str,
             truth: _Truth, arr: dict[str, Any]) -> dict[str, Any]:
@@ -262,7 +274,7 @@ class _Run:
                 shape = jax.eval_shape(subject.fn, *inputs)
             final, problem = _kernel_structure(shape, dims, self.layout)
             if problem is not None:
-                rec.update({"skipped": problem, **self.params(regime, final), "ok": False,
+                rec.update({"skipped": problem, **self.params(subject, regime, final), "ok": False,
                             "failures": [problem]})
                 return rec
             outs = shape if final else (shape,)
@@ -283,7 +295,7 @@ class _Run:
             measured.update(mem)
             guard = self.check_memory(mem)
             if guard:
-                rec.update({"skipped": guard, **measured, **self.params(regime, final), "ok": None})
+                rec.update({"skipped": guard, **measured, **self.params(subject, regime, final), "ok": None})
                 return rec
             first, timing = _timing.time_calls(compiled, args, self.repeats)
             del compiled
@@ -292,7 +304,7 @@ class _Run:
                 with self.precision_ctx():
                     measured["residual_mb"] = _timing.residual_bytes(subject.fn, inputs) / _timing.MIB
         except Exception as exc:  # a kernel that raises is skipped; the audit goes on
-            rec.update({"skipped": _reason(exc), **measured, **self.params(regime, final), "ok": None})
+            rec.update({"skipped": _reason(exc), **measured, **self.params(subject, regime, final), "ok": None})
             return rec
 
         # ---- errors against the oracle
@@ -307,6 +319,8 @@ class _Run:
                 raw["h_T"] = out[1]
             raw.update(zip(_metrics.GRADS, grads))
         scales = truth.scales(bool(final), mode == "fwd_bwd")
+        acc = _accumulate(subject, self.cdtype)
+        la = truth.p.log_alpha
         per: dict[str, dict[str, Any]] = {}
         direct: dict[str, Any] = {}
         failures: list[str] = []
@@ -315,15 +329,19 @@ class _Run:
             count, first_bad = _metrics.nonfinite(x_np.astype(np.float64))
             x64 = to_canonical(_to64(x_np), _KINDS[name], self.layout)
             ref = truth.reference(name, bool(final))
-            # dlog_alpha is held to the scale of the reverse-cumsum identity when the budget has
-            # it (glaref/_verdict.py, decision 3); the direct form's figure is kept beside it
-            sc = scales.get("log_alpha_identity", scales.get(name)) if name == "log_alpha" else scales.get(name)
-            m = _metrics.measure(x64, ref, sc, self.u)
-            if name == "log_alpha" and "log_alpha_identity" in scales:
-                direct["log_alpha"] = _metrics.budget_ulps(x64, ref, scales.get("log_alpha"), self.u)
+            # dlog_alpha is held to the scale of the reverse-cumsum identity (glaref/_verdict.py,
+            # decision 3); the direct form's figure is kept beside it
+            sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
+            m = _metrics.measure(name, x64, ref, sc, self.cdtype, dims)
+            if name == "log_alpha":
+                direct["log_alpha"] = _metrics.measure(name, x64, ref, scales["log_alpha"],
+                                                       self.cdtype, dims)["budget_ulps"]
             m["nonfinite"], m["first_nonfinite"] = count, first_bad
-            ok, why = _metrics.judge(name, m, self.cdtype, dims, mode, chunk_size=subject.chunk_size,
-                                     log_alpha=truth.p.log_alpha)
+            m["bound"] = _verdict.budget_bound(name, self.cdtype, dims, subject.chunk_size,
+                                               log_alpha=la, accumulate_dtype=acc)
+            ok, why = _verdict.judge(name, m["budget_ulps"], m["rel_err"], count, self.cdtype, dims,
+                                     subject.chunk_size, log_alpha=la, accumulate_dtype=acc,
+                                     first_nonfinite=first_bad)
             if not ok:
                 failures.append(why)
             per[name] = m
@@ -339,10 +357,11 @@ class _Run:
         rec["rel_err_out"] = {n: per[n]["rel_err"] for n in outs_names}
         rec["max_abs_err"] = {n: m["max_abs_err"] for n, m in per.items()}
         rec["budget_ulps"] = {n: m["budget_ulps"] for n, m in per.items()}
+        rec["budget_bound"] = {n: m["bound"] for n, m in per.items()}
         rec["budget_ulps_direct"] = direct
         rec["nonfinite"] = {n: m["nonfinite"] for n, m in per.items()}
         rec["nonfinite_first_index"] = {n: m["first_nonfinite"] for n, m in per.items() if m["nonfinite"]}
-        rec.update(self.params(regime, final))
+        rec.update(self.params(subject, regime, final))
         rec["ok"] = not failures
         rec["failures"] = failures
         # the oracle's own time on these inputs (never part of the kernel's figures)
@@ -393,6 +412,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
           dtype: str = "float32", precision: str = "default", backend: str | None = None,
           layout: str = "bhtd", scale: float = 1.0, repeats: int | None = None, seed: int = 0,
           regimes="standard", json_path=None, oracle_impl: str | None = None,
+          chunk_size: int | None = None, accumulate_dtype: str | None = None,
           on_record: Callable[[dict], None] | None = None,
           progress: Callable[[str], None] | None = None,
           memory_guard: bool = True) -> list[dict[str, Any]]:
@@ -401,11 +421,22 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     impls: built-in names ("chunked", "scan"), "package.module:function",
         "path/to/file.py:function" or callables ``(q, k, v, log_alpha, h0) -> o | (o, h_T)``.
     configs: preset names, "B,G,H,dk,dv" strings or {name: (B, G, H, dk, dv)}.
-    seqs, modes ("fwd", "fwd_bwd"), repeats: default to the preset's ("quick" or "seed").
+    seqs, modes ("fwd", "fwd_bwd"), repeats: default to the preset's ("quick" or "seed");
+        ``repeats=0`` measures accuracy only: no timing loop, null inner/median_ms/q1_ms/q3_ms.
     dtype: the kernel's input dtype; precision: jax matmul precision; backend: "cpu", "gpu" or
     None (jax's default). regimes: names from ``glaref.regimes.REGIMES``. json_path: the report,
     rewritten after every row. Records carry the seed report's fields plus the additions listed
     in ``glaref.audit.RECORD_ADDITIONS``.
+
+    Verdict per output (``glaref._verdict.judge``): no non-finite value and budget_ulps <= the
+    bound of a correct kernel, budget_ulps measured against the oracle on the dtype-rounded inputs
+    in units of the compute dtype's u ("tf32" for float32 matmuls at default precision on an
+    NVIDIA GPU). What the bound assumes of a user kernel: ``chunk_size`` (its chunk length, 1 for
+    a step-by-step scan; None: unknown, the larger bound of the two extremes) and
+    ``accumulate_dtype`` (e.g. "float32" for a 16-bit kernel that accumulates and carries its
+    states in float32; None: everything may round to the compute dtype, and with 16-bit inputs
+    the bound is then usually infinite, so only non-finite values fail). Built-in kernels carry
+    their own (chunked: 64, scan: 1, both accumulating in float32).
     """
     from .. import regimes as _regimes
 
@@ -431,17 +462,29 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     if not math.isfinite(scale):
         raise AuditUsageError(f"scale: got {scale}, expected a finite number")
     reps = pre.repeats if repeats is None else int(repeats)
-    if reps < 1:
-        raise AuditUsageError(f"repeats: got {repeats}, expected a positive integer")
+    if reps < 0:
+        raise AuditUsageError(f"repeats: got {repeats}, expected a non-negative integer "
+                              "(0: no timing)")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                   or chunk_size < 1):
+        raise AuditUsageError(f"chunk_size: got {chunk_size!r}, expected a positive integer or None")
+    if accumulate_dtype is not None:
+        _choices("accumulate_dtype", accumulate_dtype, _metrics.FLOAT_DTYPES)
     regime_list = _choices("regime", regimes, _regimes.REGIMES)
     oracle = oracle_impl or _default_oracle()
     _choices("oracle_impl", oracle, ("numba", "numpy"))
 
     jax = _device.import_jax()
     device = _device.select_device(backend)
+    cdtype = _metrics.compute_dtype(dtype, precision, device.platform)
+    if accumulate_dtype is not None and UNIT_ROUNDOFF[accumulate_dtype] > UNIT_ROUNDOFF[cdtype]:
+        raise AuditUsageError(f"accumulate_dtype: got {accumulate_dtype!r}, expected a format at "
+                              f"least as precise as the compute dtype {cdtype!r}")
     x64 = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
     with x64, jax.default_device(device):
-        subjects = [resolve(i, layout=layout, precision=precision, scale=scale) for i in impl_list]
+        subjects = [resolve(i, layout=layout, precision=precision, scale=scale,
+                            chunk_size=chunk_size, accumulate_dtype=accumulate_dtype)
+                    for i in impl_list]
         run = _Run(device=device, dtype=dtype, precision=precision, layout=layout, scale=scale,
                    repeats=reps, seed=seed, oracle_impl=oracle, memory_guard=memory_guard)
         header = {
@@ -450,7 +493,8 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
                        "seq_lens": seq_list, "impls": [s.name for s in subjects], "repeats": reps,
                        "modes": mode_list, "dtype": dtype, "precision": precision, "layout": layout,
                        "scale": scale, "seed": seed, "regimes": regime_list, "oracle": oracle,
-                       "preset": preset},
+                       "preset": preset, "chunk_size": chunk_size,
+                       "accumulate_dtype": accumulate_dtype},
         }
         writer = _report.JsonWriter(json_path, header) if json_path else None
         if writer:

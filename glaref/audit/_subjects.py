@@ -7,6 +7,13 @@ signature has a ``scale`` parameter receives it; any other kernel is expected to
 itself (a user kernel with a fixed 1/sqrt(dk), say, is audited with ``--scale``). The built-in
 kernels take ``scale``. Built-in kernels are audited with ``return_final_state=True``, so h_T and
 the effect of its cotangent are checked too.
+
+What the verdict knows of a kernel's structure (glaref._verdict): the built-in ``chunked`` is
+judged with its chunk length (the ``chunk_size`` default, 64) and ``scan`` with 1; both promise
+float32 accumulation for narrower inputs (glaref.kernels docstring), so they are judged with
+``accumulate_dtype="float32"``. A user kernel is judged with the ``chunk_size`` and
+``accumulate_dtype`` the caller gives (``--chunk-size``, ``--accumulate-dtype``), by default None:
+unknown chunking and every operation in the compute dtype.
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ class Subject:
     fn: Callable         # (q, k, v, log_alpha, h0) -> o | (o, h_T), arrays in ``layout``
     layout: str
     chunk_size: int | None = None   # the kernel's chunk length (1: step by step; None: unknown)
+    # the dtype the kernel promises to accumulate and carry states in when its inputs are narrower
+    # (glaref._verdict, decision 5); None: every operation may round to the compute dtype
+    accumulate_dtype: str | None = None
 
 
 def _accepts(fn: Callable, name: str) -> bool:
@@ -59,7 +69,7 @@ def _builtin(name: str, layout: str, precision: str, scale: float) -> Subject:
           "scale": scale}
     chunk = inspect.signature(fn).parameters.get("chunk_size")
     chunk_size = chunk.default if chunk is not None else 1
-    return Subject(name, functools.partial(fn, **kw), layout, chunk_size)
+    return Subject(name, functools.partial(fn, **kw), layout, chunk_size, "float32")
 
 
 def _load_file(path: str):
@@ -81,7 +91,8 @@ def _load_file(path: str):
     return module
 
 
-def _user(spec: str, layout: str, scale: float) -> Subject:
+def _user(spec: str, layout: str, scale: float, chunk_size: int | None,
+          accumulate_dtype: str | None) -> Subject:
     if ":" not in spec:
         raise AuditUsageError(f"impl: got {spec!r}, expected one of {BUILTIN_IMPLS}, "
                               "package.module:function or path/to/file.py:function")
@@ -105,19 +116,21 @@ def _user(spec: str, layout: str, scale: float) -> Subject:
         raise AuditUsageError(f"impl: {spec!r} is a {type(fn).__name__}, expected a callable")
     if _accepts(fn, "scale"):
         fn = functools.partial(fn, scale=scale)
-    return Subject(spec, fn, layout)
+    return Subject(spec, fn, layout, chunk_size, accumulate_dtype)
 
 
-def resolve(impl, *, layout: str, precision: str, scale: float) -> Subject:
-    """A Subject from a built-in name, a 'module:function' / 'file.py:function' spec or a callable."""
+def resolve(impl, *, layout: str, precision: str, scale: float, chunk_size: int | None = None,
+            accumulate_dtype: str | None = None) -> Subject:
+    """A Subject from a built-in name, a 'module:function' / 'file.py:function' spec or a callable.
+    ``chunk_size`` and ``accumulate_dtype`` describe user kernels (built-ins carry their own)."""
     if isinstance(impl, Subject):
         return impl
     if callable(impl):
         fn = functools.partial(impl, scale=scale) if _accepts(impl, "scale") else impl
         name = getattr(impl, "__qualname__", None) or getattr(impl, "__name__", None) or repr(impl)
-        return Subject(name, fn, layout)
+        return Subject(name, fn, layout, chunk_size, accumulate_dtype)
     if not isinstance(impl, str) or not impl:
         raise AuditUsageError(f"impl: got {impl!r}, expected a kernel name, spec or callable")
     if impl in BUILTIN_IMPLS:
         return _builtin(impl, layout, precision, scale)
-    return _user(impl, layout, scale)
+    return _user(impl, layout, scale, chunk_size, accumulate_dtype)

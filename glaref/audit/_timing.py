@@ -14,7 +14,9 @@
   ``jax.ad_checkpoint.print_saved_residuals`` minus its "from the argument" lines.
 - median_ms / q1_ms / q3_ms: one warm-up call (its output is the one measured for errors), one
   calibration call, then ``repeats`` timings of ``inner`` back-to-back calls each, ``inner``
-  chosen so one timing lasts about ``TARGET_S``; the figures are per call.
+  chosen so one timing lasts about ``TARGET_S``; the figures are per call. ``repeats=0`` skips
+  the calibration and the timings (accuracy only: the warm-up call is still the one measured for
+  errors, compile_s and the memory figures are still recorded); inner and the ms figures are null.
 """
 
 from __future__ import annotations
@@ -64,16 +66,18 @@ def residual_bytes(kernel: Callable, inputs: tuple) -> int:
     return int(sum(int(np.prod(s.shape)) * np.dtype(s.dtype).itemsize for s in shapes))
 
 
-def time_calls(compiled, args: tuple, repeats: int) -> tuple[Any, dict[str, float | int]]:
-    """(first output, {inner, median_ms, q1_ms, q3_ms})."""
+def time_calls(compiled, args: tuple, repeats: int) -> tuple[Any, dict[str, float | int | None]]:
+    """(first output, {inner, median_ms, q1_ms, q3_ms}); all four None when ``repeats`` is 0."""
     import jax
     first = jax.block_until_ready(compiled(*args))        # warm-up; measured for errors
+    if repeats == 0:
+        return first, {"inner": None, "median_ms": None, "q1_ms": None, "q3_ms": None}
     t0 = time.perf_counter()
     jax.block_until_ready(compiled(*args))
     one = time.perf_counter() - t0
     inner = int(max(1, min(MAX_INNER, TARGET_S // max(one, 1e-9))))
     per_call = []
-    for _ in range(max(1, repeats)):
+    for _ in range(repeats):
         t0 = time.perf_counter()
         out = None
         for _ in range(inner):
