@@ -304,16 +304,18 @@ def test_chunk_size_and_accumulate_dtype_describe_user_kernels():
     assert known["budget_bound"]["h_T"] < unknown["budget_bound"]["h_T"]
 
     # bfloat16 inputs, o wrong by 50 %: with every operation allowed to round to bfloat16 the
-    # bound is infinite (nothing can be concluded, so it passes); declared as accumulating in
-    # float32 it is held to a few bfloat16 roundings and fails
+    # bound is gamma_n of bfloat16 (thousands of ulps even here, infinite on realistic sizes), so
+    # it passes; declared as accumulating in float32 it is held to a few bfloat16 roundings and
+    # fails
     def half_wrong(q, k, v, log_alpha, h0):
         return ak.bf16_only_kernel(q, k, v, log_alpha, h0) * 1.5
 
     loose, = glaref.audit([half_wrong], TINY, [9], ["fwd"], dtype="bfloat16", **FAST)
     strict, = glaref.audit([half_wrong], TINY, [9], ["fwd"], dtype="bfloat16",
                            accumulate_dtype="float32", **FAST)
-    assert loose["ok"] and loose["budget_bound"]["o"] == math.inf and loose["accumulate_dtype"] is None
-    assert strict["accumulate_dtype"] == "float32" and math.isfinite(strict["budget_bound"]["o"])
+    assert loose["ok"] and loose["accumulate_dtype"] is None
+    assert strict["accumulate_dtype"] == "float32"
+    assert loose["budget_bound"]["o"] > 100 * strict["budget_bound"]["o"]
     assert strict["ok"] is False and strict["failures"][0].startswith("o: budget_ulps")
     # the kernel's own rounding figures are the same; only the bound differs
     assert strict["budget_ulps"] == loose["budget_ulps"]
