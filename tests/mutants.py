@@ -1,4 +1,4 @@
-"""Deliberately broken JAX kernels ("mutants") and a minimal driver that judges any kernel.
+"""Deliberately broken JAX kernels ("mutants"), each audited by glaref's engine as a user kernel.
 
 Each mutant is a plausible real bug in a chunked scalar-gated linear-attention kernel. All are
 callables ``(q, k, v, log_alpha, h0) -> (o, h_T)`` on canonical "bhtd" JAX arrays, differentiable
@@ -12,10 +12,11 @@ inclusive cumulative sum of log_alpha from the chunk's start and S the state ent
     dS    = exp(b_last) dS' + sum_i exp(b_i) q_i^T do_i                      (dh0 = dS of chunk 0)
     dlog_alpha_t = sum_{s >= t} (q_s . dq_s - k_s . dk_s) + <h_T, dh_T>     (per-head dq, dk)
 
-``check(kernel, regime, dims, dtype, chunk_size)`` runs a kernel on a regime's inputs (rounded to
-``dtype``), differentiates it with jax.vjp, and judges every output with glaref._budget and
-glaref._verdict against the float64 oracle on the same rounded inputs. It is a stand-in for the
-audit engine (glaref.audit) and should be replaced by it once the engine judges with the budget.
+The audit engine judges them like any user kernel (tests/test_detection.py,
+tools/detection_table.py): ``glaref.audit(list(MUTANTS.values()), ..., chunk_size=MUTANT_CHUNK)``
+from Python, or ``glaref audit --impl tests/mutants.py:gate_late --chunk-size 16`` on the command
+line (every mutant is also a module attribute under its name, and its ``__qualname__`` is that
+name, so records and tables show it).
 """
 
 from __future__ import annotations
@@ -23,12 +24,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from typing import Callable
-
-import numpy as np
-
-import glaref
-from glaref import _budget, _verdict, regimes
-from glaref._inputs import Dims
 
 OUTPUT_NAMES = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
 BASE_CHUNK = 16
@@ -258,89 +253,7 @@ MUTANTS: dict[str, Callable] = {
 }
 for _name, _fn in MUTANTS.items():
     _fn.__doc__ = MUTANT_DOCS[_name]
+    _fn.__name__ = _fn.__qualname__ = _name
+    globals()[_name] = _fn          # so "tests/mutants.py:<name>" names it for the CLI
 # chunk size each mutant's bound is computed with (all are chunked kernels built on ``base``)
 MUTANT_CHUNK = BASE_CHUNK
-
-
-# ---------------------------------------------------------------- the driver (engine stand-in)
-
-def _jax_dtype(dtype: str):
-    import jax.numpy as jnp
-
-    return {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}[dtype]
-
-
-@functools.lru_cache(maxsize=None)
-def _runner(kernel: Callable):
-    """jit(inputs, cotangents -> outputs and gradients) of ``kernel``, cached per kernel."""
-    import jax
-
-    def run(q, k, v, la, h0, do, dh_T):
-        (o, h_T), pull = jax.vjp(kernel, q, k, v, la, h0)
-        grads = pull((do.astype(o.dtype), dh_T.astype(h_T.dtype)))
-        return (o, h_T) + tuple(grads)
-    return jax.jit(run)
-
-
-def check(kernel: Callable, regime: str, dims: Dims, dtype: str = "float32",
-          chunk_size: int | None = None, seed: int = 0, impl: str = "numpy",
-          accumulate_dtype: str | None = None) -> dict[str, dict]:
-    """Judge ``kernel`` on every case of ``regime`` at size ``dims`` with inputs in ``dtype``.
-
-    Returns, per output name (o, h_T, q, k, v, log_alpha, h0), the worst case over the regime's
-    sizes: {"budget_ulps", "bound", "rel_err", "ok", "reason", "case"}. log_alpha is judged on the
-    identity scale (glaref._verdict); "budget_ulps_direct" gives it on the direct-form scale too.
-    ``accumulate_dtype``: see ``glaref._verdict.budget_bound`` (None: all in ``dtype``).
-    """
-    import jax.numpy as jnp
-
-    jdt = _jax_dtype(dtype)
-    result: dict[str, dict] = {}
-    for d in regimes.REGIMES[regime].cases(dims):
-        p = regimes.make_inputs(regime, d, seed)
-        xs = [jnp.asarray(a, dtype=jdt) for a in (p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T)]
-        rounded = [np.asarray(x, dtype=np.float64) for x in xs]   # exact widening
-        q, k, v, la, h0, do, dh_T = rounded
-        outs = [np.asarray(x, dtype=np.float64) for x in _runner(kernel)(*xs)]
-        o_ref, hT_ref = glaref.forward(q, k, v, la, h0, impl=impl)
-        g = glaref.vjp(q, k, v, la, h0, do, dh_T, impl=impl)
-        refs = (o_ref, hT_ref) + tuple(g)
-        sc = _budget.problem_scales(regimes.Problem(q, k, v, la, h0, do, dh_T, d), impl=impl)
-        for name, x, ref in zip(OUTPUT_NAMES, outs, refs):
-            scale = sc["log_alpha_identity"] if name == "log_alpha" else sc[name]
-            ulps, where = _budget.budget_ulps(name, x, ref, scale, dtype, d)
-            bad = ~np.isfinite(x)
-            nonfinite = int(bad.sum())
-            first = tuple(int(i) for i in np.argwhere(bad)[0]) if nonfinite else None
-            rel = _rel_err(x, ref)
-            ok, reason = _verdict.judge(name, ulps, rel, nonfinite, dtype, d, chunk_size,
-                                        log_alpha=la, accumulate_dtype=accumulate_dtype,
-                                        first_nonfinite=first)
-            bound = _verdict.budget_bound(name, dtype, d, chunk_size, log_alpha=la,
-                                          accumulate_dtype=accumulate_dtype)
-            rec = {"budget_ulps": ulps, "bound": bound, "rel_err": rel, "ok": ok, "reason": reason,
-                   "case": f"T={d.T} dk={d.dk} dv={d.dv}", "worst_index": where}
-            if name == "log_alpha":
-                rec["budget_ulps_direct"] = _budget.budget_ulps(name, x, ref, sc["log_alpha"], dtype, d)[0]
-            prev = result.get(name)
-            if prev is None or (prev["ok"] and not ok) or (prev["ok"] == ok and
-                                                         _worse(ulps / bound, prev["budget_ulps"] / prev["bound"])):
-                result[name] = rec
-    return result
-
-
-def _worse(a: float, b: float) -> bool:
-    return not (a <= b)
-
-
-def _rel_err(x: np.ndarray, ref: np.ndarray) -> float:
-    num = float(np.linalg.norm((x - ref).ravel()))
-    den = float(np.linalg.norm(ref.ravel()))
-    if den == 0.0:
-        return 0.0 if num == 0.0 else float("inf")
-    return num / den
-
-
-def flagged(result: dict[str, dict]) -> list[str]:
-    """The outputs a ``check`` result failed."""
-    return [name for name in OUTPUT_NAMES if not result[name]["ok"]]

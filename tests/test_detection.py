@@ -1,14 +1,17 @@
-"""Detection power of the verdict: every mutant is flagged, correct kernels never are.
+"""Detection power of the audit: every mutant is flagged, correct kernels never are.
 
-The driver is ``mutants.check`` (a stand-in for the audit engine: regime inputs rounded to the
-kernel's dtype, jax.vjp, float64 oracle on the rounded inputs, glaref._budget scales,
-glaref._verdict.judge per output). Sizes are small (B=1, G=2, H=4, T=130, dk=dv=16) so the
-default suite stays fast; the whole matrix at larger sizes and the long regime are under -m slow.
+Everything runs through the audit engine, ``glaref.audit(...)``, exactly as a user's kernel would:
+the mutants of tests/mutants.py as user callables (declared chunked with C = 16, their real chunk
+length), the built-in kernels by name (the engine knows their chunk length and their float32
+accumulation), regimes by name. Accuracy only (``repeats=0``: no timing loop), mode fwd_bwd (every
+output and gradient), small sizes (B=1, G=2, H=4, T=130, dk=dv=16) so the default suite stays
+fast; larger sizes and the long regime are under -m slow.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import functools
+import math
 
 import pytest
 
@@ -16,10 +19,15 @@ pytest.importorskip("jax", reason="detection tests run JAX kernels (the jax extr
 
 import mutants  # noqa: E402  (tests/ is on sys.path under pytest)
 
+import glaref  # noqa: E402
 from glaref import regimes  # noqa: E402
-from glaref._inputs import Dims  # noqa: E402
+from glaref.audit import summary  # noqa: E402
+from glaref.cli import main  # noqa: E402
 
-DIMS = Dims(B=1, G=2, H=4, T=130, dk=16, dv=16)
+pytestmark = pytest.mark.jax
+
+CONFIG = (1, 2, 4, 16, 16)        # B, G, H, dk, dv
+T = 130                           # three chunks of 64 (built-in), nine of 16 (mutants), ragged tail
 ALL = set(mutants.OUTPUT_NAMES)
 
 # Where each bug shows, and which outputs must be flagged there. A regime is named per mutant
@@ -39,10 +47,28 @@ EXPECTED: dict[str, tuple[str, set[str], bool]] = {
     "split_exp": ("strong_decay", {"o"}, False),
 }
 
-HAS_KERNELS = importlib.util.find_spec("glaref.kernels") is not None
+
+def run(kernels, regime: str, *, dtype: str = "float32", config=CONFIG, seq: int = T,
+        chunk_size=None, accumulate_dtype=None) -> list[dict]:
+    """The engine on ``kernels`` (names or callables) for every case of ``regime``."""
+    return glaref.audit(kernels, {"detect": config}, [seq], ["fwd_bwd"], dtype=dtype, repeats=0,
+                        regimes=regime, chunk_size=chunk_size, accumulate_dtype=accumulate_dtype)
 
 
-def test_every_mutant_has_an_expected_regime():
+@functools.lru_cache(maxsize=None)
+def mutant_records(regime: str) -> dict[str, dict]:
+    """One engine run per regime for the mutants expected to show there: {mutant: record}."""
+    names = [n for n, (r, _, _) in EXPECTED.items() if r == regime]
+    recs = run([mutants.MUTANTS[n] for n in names], regime, chunk_size=mutants.MUTANT_CHUNK)
+    assert [r["impl"] for r in recs] == names           # one case per regime used here
+    return {r["impl"]: r for r in recs}
+
+
+def failed(rec: dict) -> set[str]:
+    return {f.split(":", 1)[0] for f in rec["failures"]}
+
+
+def test_every_mutant_has_an_expected_regime_of_the_default_suite():
     assert set(EXPECTED) == set(mutants.MUTANTS)
     for regime, _, _ in EXPECTED.values():
         assert regime in regimes.DEFAULT_REGIMES
@@ -51,83 +77,99 @@ def test_every_mutant_has_an_expected_regime():
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_mutant_is_flagged(name):
     regime, must, exact = EXPECTED[name]
-    res = mutants.check(mutants.MUTANTS[name], regime, DIMS, "float32", mutants.MUTANT_CHUNK)
-    flagged = set(mutants.flagged(res))
-    reasons = "; ".join(r["reason"] for r in res.values())
-    assert must <= flagged, f"{name} on {regime}: flagged {sorted(flagged)}, expected {sorted(must)}: {reasons}"
+    rec = mutant_records(regime)[name]
+    flagged = failed(rec)
+    assert rec["ok"] is False and "skipped" not in rec, rec.get("skipped")
+    assert must <= flagged, f"{name} on {regime}: flagged {sorted(flagged)}, expected {sorted(must)}: {rec['failures']}"
     if exact:
         assert flagged == must, f"{name} on {regime}: flagged {sorted(flagged)}, expected exactly {sorted(must)}"
-    for out in flagged:
-        assert res[out]["reason"].startswith(f"{out}: ")   # the failing output is named
+    for reason in rec["failures"]:                      # each reason names its output and figure
+        out = reason.split(":", 1)[0]
+        assert out in ALL and ("budget_ulps" in reason or "non-finite" in reason), reason
+        if "budget_ulps" in reason:
+            assert rec["budget_ulps"][out] > rec["budget_bound"][out]
+    code, line = summary([rec])
+    assert code == 1 and name in line                   # the audit's exit code and its reason
 
 
 def test_split_exp_is_flagged_through_nonfinite_values():
-    res = mutants.check(mutants.MUTANTS["split_exp"], "strong_decay", DIMS, "float32", mutants.MUTANT_CHUNK)
-    assert "non-finite" in res["o"]["reason"], res["o"]["reason"]
+    rec = mutant_records("strong_decay")["split_exp"]
+    assert rec["nonfinite"]["o"] > 0 and "o" in rec["nonfinite_first_index"]
+    assert any(f.startswith("o: ") and "non-finite" in f for f in rec["failures"]), rec["failures"]
+
+
+def test_a_mutant_on_the_command_line_exits_1_naming_the_failing_output(capsys):
+    code = main(["audit", "--impl", f"{mutants.__file__}:dla_missing_hT", "--chunk-size",
+                 str(mutants.MUTANT_CHUNK), "--config", ",".join(map(str, CONFIG)), "--seq", str(T),
+                 "--mode", "fwd_bwd", "--repeats", "0"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    row = [ln for ln in out.splitlines() if "dla_missing_hT" in ln and "fwd_bwd" in ln][0]
+    assert row.rstrip().endswith("FAIL log_alpha")
+    assert "log_alpha: budget_ulps" in out
 
 
 def test_group_bug_is_invisible_when_groups_cannot_be_confused():
     # G = 1: every head reads the one group, so the wrong axis sums the same heads. The verdict
     # must not flag a kernel whose outputs are right (no false alarm on a harmless "mutant").
-    res = mutants.check(mutants.MUTANTS["group_sum_wrong_axis"], "standard",
-                        Dims(1, 1, 2, 40, 8, 8), "float32", mutants.MUTANT_CHUNK)
-    assert mutants.flagged(res) == [], [r["reason"] for r in res.values()]
+    (rec,) = run([mutants.MUTANTS["group_sum_wrong_axis"]], "standard", config=(1, 1, 2, 8, 8),
+                 seq=40, chunk_size=mutants.MUTANT_CHUNK)
+    assert rec["ok"], rec["failures"]
 
 
-def _assert_passes(kernel, regime, dtype, chunk_size, dims=DIMS):
-    acc = None if dtype == "float32" else "float32"
-    res = mutants.check(kernel, regime, dims, dtype, chunk_size, accumulate_dtype=acc)
-    bad = [r["reason"] + f" [{r['case']}]" for r in res.values() if not r["ok"]]
-    assert not bad, f"false alarm on {regime} {dtype}: {bad}"
+# ------------------------------------------------------------------ no false alarm
+
+def _assert_all_pass(recs: list[dict], regime: str, label: str) -> None:
+    assert recs and all(r["regime"] == regime for r in recs)
+    bad = [f"{r['impl']} T={r['seq']} dk={r['dk']}: {r.get('skipped') or r['failures']}"
+           for r in recs if not r["ok"]]
+    assert not bad, f"false alarm on {regime} ({label}): {bad}"
+    for r in recs:                    # every output was measured and judged against a bound
+        assert set(r["budget_ulps"]) == ALL and all(
+            0 <= r["budget_ulps"][n] <= r["budget_bound"][n] for n in ALL), r["budget_ulps"]
 
 
-@pytest.mark.parametrize("regime", regimes.DEFAULT_REGIMES)
-def test_base_kernel_passes_float32(regime):
-    # the kernel every mutant modifies is itself correct
-    _assert_passes(mutants.base, regime, "float32", mutants.BASE_CHUNK)
-
-
-def _builtin(name: str):
-    if not HAS_KERNELS:
-        pytest.skip("glaref.kernels does not exist yet (issue 4): built-in kernels not testable")
-    from glaref import kernels
-
-    return _BUILTINS[name](kernels)
-
-
-def _chunked(kernels):
-    return _cached("chunked", lambda q, k, v, la, h0: kernels.chunked(q, k, v, la, h0, return_final_state=True))
-
-
-def _scan(kernels):
-    return _cached("scan", lambda q, k, v, la, h0: kernels.scan(q, k, v, la, h0, return_final_state=True))
-
-
-_CACHE: dict[str, object] = {}
-
-
-def _cached(name, fn):
-    # one function object per kernel, so mutants.check's jit cache is reused across regimes
-    return _CACHE.setdefault(name, fn)
-
-
-_BUILTINS = {"chunked": _chunked, "scan": _scan}
-# chunk_size each built-in is judged with: the chunked kernel's default C, and 1 for the scan
-BUILTIN_CHUNK = {"chunked": 64, "scan": 1}
+@functools.lru_cache(maxsize=None)
+def builtin_records(dtype: str) -> dict[str, list[dict]]:
+    """chunked and scan by name on every default regime, one engine run: {regime: records}."""
+    recs = glaref.audit("chunked,scan", {"detect": CONFIG}, [T], ["fwd_bwd"], dtype=dtype,
+                        repeats=0, regimes=",".join(regimes.DEFAULT_REGIMES))
+    out: dict[str, list[dict]] = {}
+    for r in recs:
+        out.setdefault(r["regime"], []).append(r)
+    return out
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("regime", regimes.DEFAULT_REGIMES)
-@pytest.mark.parametrize("kernel", ["chunked", "scan"])
-def test_builtin_kernels_pass(kernel, regime, dtype):
-    """No false alarm: glaref.kernels in float32 and in bfloat16 (judged as accumulating in
-    float32, which their docstring promises) on every default regime."""
-    _assert_passes(_builtin(kernel), regime, dtype, BUILTIN_CHUNK[kernel])
+def test_builtin_kernels_pass(regime, dtype):
+    """No false alarm: glaref.kernels.chunked and .scan in float32 and in bfloat16 (judged as
+    accumulating in float32, which their docstring promises) on every default regime."""
+    recs = builtin_records(dtype)[regime]
+    assert {r["impl"] for r in recs} == {"chunked", "scan"}
+    want_acc = None if dtype == "float32" else "float32"
+    assert all(r["accumulate_dtype"] == want_acc and r["compute_dtype"] == dtype for r in recs)
+    assert {r["impl"]: r["chunk_size"] for r in recs} == {"chunked": 64, "scan": 1}
+    if dtype == "bfloat16":
+        assert all(math.isfinite(r["budget_bound"][n]) for r in recs for n in ALL)
+    _assert_all_pass(recs, regime, dtype)
+
+
+@pytest.mark.parametrize("regime", regimes.DEFAULT_REGIMES)
+def test_base_kernel_passes_float32(regime):
+    # the kernel every mutant modifies is itself correct, judged exactly as the mutants are
+    _assert_all_pass(run([mutants.base], regime, chunk_size=mutants.MUTANT_CHUNK), regime, "base")
+
+
+def test_accuracy_only_rows_have_null_timing():
+    rec = builtin_records("float32")["standard"][0]
+    assert all(rec[k] is None for k in ("inner", "median_ms", "q1_ms", "q3_ms"))
 
 
 # ------------------------------------------------------------------------------- slow sweeps
 
-BIG = Dims(B=2, G=2, H=4, T=300, dk=32, dv=24)
+BIG = (2, 2, 4, 32, 24)
+BIG_T = 300
 
 
 @pytest.mark.slow
@@ -136,29 +178,26 @@ def test_mutant_flagged_at_larger_size(name):
     # Which outputs show a bug can change with the size (e.g. the chunk off-by-one leaves h_T
     # alone when the last chunk is a padded tail), so only "flagged, on an expected output" holds.
     regime, must, _ = EXPECTED[name]
-    res = mutants.check(mutants.MUTANTS[name], regime, BIG, "float32", mutants.MUTANT_CHUNK)
-    assert must & set(mutants.flagged(res)), [r["reason"] for r in res.values()]
+    (rec,) = run([mutants.MUTANTS[name]], regime, config=BIG, seq=BIG_T,
+                 chunk_size=mutants.MUTANT_CHUNK)
+    assert must & failed(rec), rec["failures"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("regime", regimes.DEFAULT_REGIMES)
-@pytest.mark.parametrize("kernel", ["base", "scan_kernel", "chunked", "scan"])
-def test_correct_kernels_pass_at_larger_size(kernel, regime, dtype):
-    if kernel in ("base", "scan_kernel"):
-        fn, C = getattr(mutants, kernel), (mutants.BASE_CHUNK if kernel == "base" else 1)
-    else:
-        fn, C = _builtin(kernel), BUILTIN_CHUNK[kernel]
-    _assert_passes(fn, regime, dtype, C, dims=BIG)
+def test_correct_kernels_pass_at_larger_size(regime, dtype):
+    acc = None if dtype == "float32" else "float32"
+    recs = run("chunked,scan", regime, dtype=dtype, config=BIG, seq=BIG_T)
+    recs += run([mutants.base], regime, dtype=dtype, config=BIG, seq=BIG_T,
+                chunk_size=mutants.MUTANT_CHUNK, accumulate_dtype=acc)
+    recs += run([mutants.scan_kernel], regime, dtype=dtype, config=BIG, seq=BIG_T, chunk_size=1,
+                accumulate_dtype=acc)
+    _assert_all_pass(recs, regime, dtype)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("kernel", ["chunked", "scan"])
-def test_builtin_kernels_pass_long(kernel, dtype):
-    impl = "numba" if importlib.util.find_spec("glaref._numba") else "numpy"
-    fn = _builtin(kernel)
-    acc = None if dtype == "float32" else "float32"
-    res = mutants.check(fn, "long", DIMS, dtype, BUILTIN_CHUNK[kernel], impl=impl, accumulate_dtype=acc)
-    bad = [r["reason"] for r in res.values() if not r["ok"]]
-    assert not bad, bad
+def test_builtin_kernels_pass_long(dtype):
+    recs = run("chunked,scan", "long", dtype=dtype)
+    _assert_all_pass(recs, "long", dtype)
