@@ -161,6 +161,21 @@ def test_base_kernel_passes_float32(regime):
     _assert_all_pass(run([mutants.base], regime, chunk_size=mutants.MUTANT_CHUNK), regime, "base")
 
 
+@pytest.mark.parametrize("regime", ["standard", "zero_gate", "tiny_dims"])
+def test_tf32_matmuls_pass_when_judged_as_tf32_accumulating_in_float32(regime, monkeypatch):
+    # What a GPU does to float32 matmuls at default precision, emulated on the CPU: the
+    # tf32_matmul mutant is the correct base kernel with every matmul operand rounded to TF32.
+    # A bug when float32 is promised (test_mutant_is_flagged), it must pass when the audit knows
+    # the compute dtype is TF32 with float32 accumulation, as the engine judges built-in kernels
+    # on an NVIDIA GPU (compute_dtype "tf32", accumulate_dtype "float32").
+    from glaref import _metrics
+    monkeypatch.setattr(_metrics, "compute_dtype", lambda dtype, precision, platform: "tf32")
+    recs = run([mutants.MUTANTS["tf32_matmul"]], regime, chunk_size=mutants.MUTANT_CHUNK,
+               accumulate_dtype="float32")
+    assert all(r["compute_dtype"] == "tf32" and r["accumulate_dtype"] == "float32" for r in recs)
+    _assert_all_pass(recs, regime, "tf32")
+
+
 def test_accuracy_only_rows_have_null_timing():
     rec = builtin_records("float32")["standard"][0]
     assert all(rec[k] is None for k in ("inner", "median_ms", "q1_ms", "q3_ms"))

@@ -1,17 +1,21 @@
-"""Print the detection matrix of the verdict rule and the correct kernels' budgets.
+"""Print the detection matrix of the audit and the correct kernels' budgets, through the engine.
 
     python tools/detection_table.py                 # default regimes, B=1 G=2 H=4 T=130 dk=dv=16
     python tools/detection_table.py --slow          # adds the long regime (T = 65536)
     python tools/detection_table.py --dims 2,2,4,300,32,24 --json table.json
 
-Part 1: every mutant of tests/mutants.py (float32) against every regime: which outputs the
-verdict flagged ("all" = all seven, "-" = none, "!" marks a non-finite value).
-Part 2: the correct kernels (glaref.kernels.chunked / scan when importable, and the mutants'
-correct base and a plain lax.scan), in float32 and in bfloat16 judged as accumulating in float32:
-the worst budget_ulps per output per regime, with the bound it was judged against.
+Everything is measured by ``glaref.audit(...)`` (mode fwd_bwd, accuracy only: repeats=0), as a
+user's kernel would be. A regime with several cases (ragged: T in 1, 63, 65, 1000) contributes
+every case: a cell shows the union of the outputs flagged, a budget figure the worst case.
 
-The driver is tests/mutants.py's ``check`` (oracle on the dtype-rounded inputs, glaref._budget,
-glaref._verdict); it is a stand-in until the audit engine judges with the budget.
+Part 1: every mutant of tests/mutants.py (float32, user callables declared chunked with C = 16)
+against every regime: which outputs were flagged ("all" = all seven, "-" = none, "!" marks a
+non-finite value).
+Part 2: the correct kernels (glaref.kernels.chunked and .scan by name, the mutants' correct base
+and a plain lax.scan as user callables with their chunk length), in float32 and in bfloat16
+judged as accumulating in float32: the worst budget_ulps per output per regime, with the bound
+it was judged against.
+Exit 0 when every mutant is flagged somewhere and no correct kernel is, else 1.
 """
 
 from __future__ import annotations
@@ -25,99 +29,117 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+OUTPUTS = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
 SHORT = {"o": "o", "h_T": "h_T", "q": "q", "k": "k", "v": "v", "log_alpha": "la", "h0": "h0"}
 
 
-def _cell(res: dict) -> str:
-    import mutants
+def _failed(rec: dict) -> list[str]:
+    return [f.split(":", 1)[0] for f in rec.get("failures", [])]
 
-    bad = mutants.flagged(res)
-    mark = "!" if any("non-finite" in res[n]["reason"] for n in bad) else ""
+
+def _cell(recs: list[dict]) -> str:
+    if any("skipped" in r for r in recs):
+        return "skipped"
+    bad = {n for r in recs for n in _failed(r)}
     if not bad:
         return "-"
-    if len(bad) == len(mutants.OUTPUT_NAMES):
+    mark = "!" if any(r["nonfinite"].get(n) for r in recs for n in bad) else ""
+    if bad == set(OUTPUTS):
         return "all" + mark
-    return ",".join(SHORT[n] for n in bad) + mark
+    return ",".join(SHORT[n] for n in OUTPUTS if n in bad) + mark
 
 
-def _correct_kernels():
-    import mutants
-
-    out = [("base(C=16)", mutants.base, mutants.BASE_CHUNK), ("lax.scan", mutants.scan_kernel, 1)]
-    try:
-        from glaref import kernels
-    except ImportError as exc:
-        print(f"# glaref.kernels not importable ({exc}): built-in kernels left out", file=sys.stderr)
-        return out
-
-    def chunked(q, k, v, la, h0):
-        return kernels.chunked(q, k, v, la, h0, return_final_state=True)
-
-    def scan(q, k, v, la, h0):
-        return kernels.scan(q, k, v, la, h0, return_final_state=True)
-    return [("kernels.chunked", chunked, 64), ("kernels.scan", scan, 1)] + out
+def _worst(recs: list[dict], name: str) -> tuple[float, float]:
+    """(budget_ulps, bound) of the case with the largest budget_ulps / bound for one output."""
+    best = None
+    for r in recs:
+        u, b = r["budget_ulps"][name], r["budget_bound"][name]
+        ratio = u / b if b else float("inf")
+        if best is None or ratio > best[0]:
+            best = (ratio, u, b)
+    return best[1], best[2]
 
 
 def main(argv=None) -> int:
+    import glaref
     import mutants
     from glaref import regimes
-    from glaref._inputs import Dims
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dims", default="1,2,4,130,16,16", help="B,G,H,T,dk,dv")
     ap.add_argument("--slow", action="store_true", help="include the long regime (T = 65536)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--impl", default="numpy", choices=("numpy", "numba"), help="oracle implementation")
+    ap.add_argument("--oracle", default=None, choices=("numpy", "numba"),
+                    help="oracle implementation (default: the engine's, numba when installed)")
     ap.add_argument("--skip-correct", action="store_true", help="only the mutant matrix")
-    ap.add_argument("--json", help="write every figure to this file")
+    ap.add_argument("--json", help="write every record to this file")
     a = ap.parse_args(argv)
     try:
         B, G, H, T, dk, dv = (int(x) for x in a.dims.split(","))
     except ValueError:
         print(f"--dims: got {a.dims!r}, expected six integers B,G,H,T,dk,dv", file=sys.stderr)
         return 2
-    dims = Dims(B, G, H, T, dk, dv)
+    config = {"detect": (B, G, H, dk, dv)}
     names = [n for n, r in regimes.REGIMES.items() if a.slow or not r.slow]
+    common = dict(configs=config, seqs=[T], modes=["fwd_bwd"], repeats=0, seed=a.seed,
+                  oracle_impl=a.oracle)
     record: dict = {"dims": a.dims, "seed": a.seed, "mutants": {}, "correct": {}}
     t0 = time.perf_counter()
 
-    print(f"Mutant x regime (float32, dims B,G,H,T,dk,dv = {a.dims}): outputs flagged "
-          "('all' = all seven, '-' = none, '!' = non-finite values)")
+    def by(recs, key):
+        out: dict = {}
+        for r in recs:
+            out.setdefault(r[key], []).append(r)
+        return out
+
+    print(f"Mutant x regime through glaref.audit (float32, chunk_size={mutants.MUTANT_CHUNK}, "
+          f"dims B,G,H,T,dk,dv = {a.dims}): outputs flagged ('all' = all seven, '-' = none, "
+          "'!' = non-finite values)")
+    cells: dict[str, dict[str, str]] = {m: {} for m in mutants.MUTANT_NAMES}
+    for r in names:
+        recs = glaref.audit(list(mutants.MUTANTS.values()), regimes=r,
+                            chunk_size=mutants.MUTANT_CHUNK, **common)
+        for m, rs in by(recs, "impl").items():
+            cells[m][r] = _cell(rs)
+            record["mutants"].setdefault(m, {})[r] = rs
     w = max(len(n) for n in mutants.MUTANT_NAMES)
-    cols = [max(len(r), 8) for r in names]
+    cols = [max([len(r)] + [len(cells[m][r]) for m in mutants.MUTANT_NAMES]) for r in names]
     print(" " * w + " | " + " | ".join(r.ljust(c) for r, c in zip(names, cols)))
     for m in mutants.MUTANT_NAMES:
-        cells = []
-        for r in names:
-            res = mutants.check(mutants.MUTANTS[m], r, dims, "float32", mutants.MUTANT_CHUNK,
-                                seed=a.seed, impl=a.impl)
-            record["mutants"].setdefault(m, {})[r] = {n: {k: v for k, v in x.items() if k != "worst_index"}
-                                                     for n, x in res.items()}
-            cells.append(_cell(res))
-        print(m.ljust(w) + " | " + " | ".join(c.ljust(n) for c, n in zip(cells, cols)), flush=True)
-    missed = [m for m in mutants.MUTANT_NAMES
-              if all(all(x["ok"] for x in record["mutants"][m][r].values()) for r in names)]
-    print(f"undetected mutants: {missed or 'none'}")
+        print(m.ljust(w) + " | " + " | ".join(cells[m][r].ljust(c) for r, c in zip(names, cols)))
+    missed = [m for m in mutants.MUTANT_NAMES if all(cells[m][r] in ("-", "skipped") for r in names)]
+    print(f"undetected mutants: {missed or 'none'}", flush=True)
 
     ok_all = True
     if not a.skip_correct:
-        for label, fn, C in _correct_kernels():
+        # (label, impls, chunk_size for user callables)
+        kernels = [("kernels.chunked, kernels.scan", "chunked,scan", None),
+                   (f"mutants.base (C={mutants.BASE_CHUNK})", [mutants.base], mutants.BASE_CHUNK),
+                   ("mutants.scan_kernel (lax.scan, C=1)", [mutants.scan_kernel], 1)]
+        for label, impls, C in kernels:
             for dtype, acc in (("float32", None), ("bfloat16", "float32")):
-                title = f"{label}, {dtype}" + (f" (accumulating in {acc})" if acc else "")
-                print(f"\nWorst budget_ulps (bound) per output, {title}")
-                print("regime".ljust(13) + "".join(SHORT[n].rjust(17) for n in mutants.OUTPUT_NAMES) + "  verdict")
-                for r in names:
-                    res = mutants.check(fn, r, dims, dtype, C, seed=a.seed, impl=a.impl, accumulate_dtype=acc)
-                    record["correct"].setdefault(f"{label} {dtype}", {})[r] = {
-                        n: {k: v for k, v in x.items() if k != "worst_index"} for n, x in res.items()}
-                    cells = [f"{res[n]['budget_ulps']:.3g} ({res[n]['bound']:.3g})" for n in mutants.OUTPUT_NAMES]
-                    ok = all(x["ok"] for x in res.values())
-                    ok_all &= ok
-                    print(r.ljust(13) + "".join(c.rjust(17) for c in cells) + ("  pass" if ok else "  FAIL"),
-                          flush=True)
+                recs = glaref.audit(impls, regimes=",".join(names), dtype=dtype, chunk_size=C,
+                                    accumulate_dtype=acc, **common)
+                for impl, rs in by(recs, "impl").items():
+                    title = f"{impl}, {dtype}" + (f" (accumulating in {acc})" if acc else "")
+                    print(f"\nWorst budget_ulps (bound) per output, {title}  [{label}]")
+                    print("regime".ljust(13) + "".join(SHORT[n].rjust(19) for n in OUTPUTS)
+                          + "  verdict")
+                    for r, cases in by(rs, "regime").items():
+                        record["correct"].setdefault(f"{impl} {dtype}", {})[r] = cases
+                        if any("skipped" in c for c in cases):
+                            print(r.ljust(13) + "skipped: " + cases[0]["skipped"])
+                            ok_all = False
+                            continue
+                        figs = [_worst(cases, n) for n in OUTPUTS]
+                        ok = all(c["ok"] for c in cases)
+                        ok_all &= ok
+                        print(r.ljust(13) + "".join(f"{u:.3g} ({b:.3g})".rjust(19) for u, b in figs)
+                              + ("  pass" if ok else "  FAIL " + ",".join(
+                                  sorted({n for c in cases for n in _failed(c)}))), flush=True)
     print(f"\n{time.perf_counter() - t0:.0f} s")
     if a.json:
-        pathlib.Path(a.json).write_text(json.dumps(record, indent=1, default=str))
+        pathlib.Path(a.json).write_text(json.dumps(glaref.audit._report.jsonable(record), indent=1))
     return 0 if (not missed and ok_all) else 1
 
 
