@@ -4,7 +4,7 @@
     glaref audit --preset seed --json r.json  # the seed report's whole grid
     glaref audit --impl mykernels.py:gla --layout bthd --config 2,1,4,64,64 --seq 1000
 
-Exit codes: 0 every row within tolerance, 1 a tolerance exceeded, a non-finite output or nothing
+Exit codes: 0 every row within the error bound, 1 a bound exceeded, a non-finite output or nothing
 measurable, 2 usage error, 3 environment error (jax missing, backend or matplotlib unavailable),
 130 interrupted (the JSON file keeps the rows measured so far). Each non-zero exit prints a
 one-line reason; --exit-zero turns 1 into 0 for exploration.
@@ -79,7 +79,7 @@ def _parser() -> _Parser:
                    "after every row")
     a.add_argument("--plot", metavar="FILE.png", help="error vs seq per gradient and time vs seq "
                    "(needs matplotlib)")
-    a.add_argument("--exit-zero", action="store_true", help="exit 0 even when a tolerance is "
+    a.add_argument("--exit-zero", action="store_true", help="exit 0 even when an error bound is "
                    "exceeded (usage and environment errors still exit 2 and 3)")
     return p
 

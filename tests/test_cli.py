@@ -43,7 +43,7 @@ def test_exit_0_prints_the_table_and_writes_the_json(capsys, tmp_path):
     assert lines[1].split()[:4] == ["impl", "mode", "config", "T"]
     rows = [ln for ln in lines if ln.startswith(kernel("scan_kernel_final"))]
     assert len(rows) == 2 and all(ln.rstrip().endswith("ok") for ln in rows)
-    assert any(ln.startswith("OK: 2 rows within tolerance") for ln in lines)
+    assert any(ln.startswith("OK: 2 rows within the error bound") for ln in lines)
     doc = json.loads(out_json.read_text())
     assert [r["mode"] for r in doc["results"]] == ["fwd", "fwd_bwd"]
     assert doc["config"]["configs"] == {"b1g1h2_dk8_dv4": [1, 1, 2, 8, 4]}
@@ -72,7 +72,7 @@ def test_a_raising_kernel_is_reported_skipped_beside_a_passing_one(capsys):
                        "numpy", "--mode", "fwd")
     assert code == 0
     assert "skipped: ValueError: unsupported shape: T=20" in out
-    assert "OK: 1 rows within tolerance, 1 skipped" in out
+    assert "OK: 1 rows within the error bound, 1 skipped" in out
 
 
 @pytest.mark.parametrize("args", [

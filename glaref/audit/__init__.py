@@ -7,8 +7,11 @@ Each record has the seed report's fields (impl, mode, config, batch, groups, hea
 compile_s, inner, median_ms, q1_ms, q3_ms, xla_temp_mb, xla_arg_mb, xla_out_mb, residual_mb,
 rel_err, rel_err_grads) plus ``RECORD_ADDITIONS``; ``rel_err`` is the worst normwise relative error
 over the outputs measured in the row (o and, when the kernel returns it, h_T; every gradient too
-in mode fwd_bwd), ``rel_err_out`` the forward outputs' own. The CLI (``glaref audit``) is a thin
-face over :func:`audit`.
+in mode fwd_bwd), ``rel_err_out`` the forward outputs' own. Per output, ``budget_ulps`` (error in
+units of the compute dtype's u times the element's sum of |terms|) and ``budget_bound`` (what a
+correct kernel can reach) give the verdict (glaref._verdict): ``ok`` is false when an output is
+non-finite or over its bound, and ``failures`` then names each failing output with its figure.
+The CLI (``glaref audit``) is a thin face over :func:`audit`.
 
 This subpackage is itself callable (``glaref.audit(...)`` is :func:`audit`), so the name works
 the same whether Python resolved ``glaref.audit`` to the function or to this module.

@@ -164,7 +164,7 @@ def summary(records: list[dict[str, Any]]) -> tuple[int, str]:
     if not measured:
         return 1, f"FAIL: none of {len(records)} rows could be measured (all skipped)"
     extra = f", {len(skipped)} skipped" if skipped else ""
-    return 0, f"OK: {len(measured)} rows within tolerance{extra}"
+    return 0, f"OK: {len(measured)} rows within the error bound{extra}"
 
 
 # ---------------------------------------------------------------- plot
