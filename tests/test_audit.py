@@ -46,7 +46,7 @@ SEED_CONFIG = {"device", "configs", "seq_lens", "impls", "repeats"}
 OUR_ADDITIONS = {"rel_err_out", "max_abs_err", "budget_ulps", "budget_bound", "budget_ulps_direct",
                  "nonfinite", "nonfinite_first_index", "dtype", "compute_dtype", "precision",
                  "layout", "regime", "seed", "scale", "final_state", "chunk_size",
-                 "accumulate_dtype", "ok", "failures", "oracle_ms"}
+                 "accumulate_dtype", "ok", "failures", "verdict", "oracle_ms"}
 
 
 def _nrel(x, ref):
@@ -118,7 +118,7 @@ def test_a_one_percent_defect_is_measured_as_one_percent_and_fails():
     (r,) = glaref.audit([ak.wrong_kernel], TINY, [9], ["fwd"], **FAST)
     assert r["rel_err_out"]["o"] == pytest.approx(0.01, abs=1.01 * tol("audit_rel_err_float32"))
     assert r["ok"] is False and r["failures"][0].startswith("o: budget_ulps")
-    assert r["budget_ulps"]["o"] > r["budget_bound"]["o"]
+    assert r["budget_ulps"]["o"] > r["budget_bound"]["o"] and r["verdict"] == "FAIL o"
     code, line = summary([r])
     assert code == 1 and "o: budget_ulps" in line
 

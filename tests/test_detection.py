@@ -88,6 +88,7 @@ def test_mutant_is_flagged(name):
         assert out in ALL and ("budget_ulps" in reason or "non-finite" in reason), reason
         if "budget_ulps" in reason:
             assert rec["budget_ulps"][out] > rec["budget_bound"][out]
+    assert rec["verdict"] == "FAIL " + ",".join(n for n in mutants.OUTPUT_NAMES if n in flagged)
     code, line = summary([rec])
     assert code == 1 and name in line                   # the audit's exit code and its reason
 

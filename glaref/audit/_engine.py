@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .. import _metrics, _verdict
+from .. import _budget, _metrics, _verdict
 from .._inputs import Dims, Problem, check_layout, from_canonical, to_canonical
 from ._errors import AuditUsageError
 from ._presets import MODES, PRESETS, check_config, parse_config
@@ -334,8 +334,8 @@ class _Run:
             sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
             m = _metrics.measure(name, x64, ref, sc, self.cdtype, dims)
             if name == "log_alpha":
-                direct["log_alpha"] = _metrics.measure(name, x64, ref, scales["log_alpha"],
-                                                       self.cdtype, dims)["budget_ulps"]
+                direct["log_alpha"] = _budget.budget_ulps(name, x64, ref, scales["log_alpha"],
+                                                          self.cdtype, dims)[0]
             m["nonfinite"], m["first_nonfinite"] = count, first_bad
             m["bound"] = _verdict.budget_bound(name, self.cdtype, dims, subject.chunk_size,
                                                log_alpha=la, accumulate_dtype=acc)
@@ -364,6 +364,7 @@ class _Run:
         rec.update(self.params(subject, regime, final))
         rec["ok"] = not failures
         rec["failures"] = failures
+        rec["verdict"] = _report.verdict(rec)
         # the oracle's own time on these inputs (never part of the kernel's figures)
         wanted = ["forward", "scales"] if mode == "fwd" else \
             ["forward", "vjp_dh_T" if final else "vjp", "scales_vjp"]

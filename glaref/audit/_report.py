@@ -17,7 +17,8 @@ from typing import Any, Iterable, TextIO
 RECORD_ADDITIONS = (
     "rel_err_out", "max_abs_err", "budget_ulps", "budget_bound", "budget_ulps_direct", "nonfinite",
     "nonfinite_first_index", "dtype", "compute_dtype", "precision", "layout", "regime", "seed",
-    "scale", "final_state", "chunk_size", "accumulate_dtype", "ok", "failures", "oracle_ms",
+    "scale", "final_state", "chunk_size", "accumulate_dtype", "ok", "failures", "verdict",
+    "oracle_ms",
 )
 
 ERR_COLUMNS = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
@@ -92,7 +93,8 @@ def bound_used(r: dict[str, Any]) -> float | None:
 
 
 def verdict(r: dict[str, Any]) -> str:
-    """"ok", or "FAIL <outputs>" naming every failing output."""
+    """A measured row's compact verdict: "ok", or "FAIL <outputs>" naming every failing output
+    (``failures`` holds each one's figure and bound)."""
     if r.get("ok"):
         return "ok"
     return "FAIL " + ",".join(failed_outputs(r))
