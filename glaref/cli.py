@@ -65,9 +65,10 @@ def _parser() -> _Parser:
                    "larger bound of 1 and T). Built-in kernels carry their own")
     a.add_argument("--accumulate-dtype", choices=("float64", "float32", "float16", "bfloat16"),
                    help="user kernels: the dtype they accumulate and carry states in when their "
-                   "inputs are narrower (e.g. float32 for a bfloat16 kernel); default: every "
-                   "operation may round to the input dtype, which leaves 16-bit kernels almost "
-                   "no bound (only non-finite values fail). Built-in kernels accumulate in float32")
+                   "inputs are narrower; default float32, as production kernels do. Give the "
+                   "input dtype itself (e.g. bfloat16) for a kernel that rounds everything to "
+                   "it: that leaves almost no bound (only non-finite values fail). Built-in "
+                   "kernels accumulate in float32")
     a.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     a.add_argument("--regime", default="standard", help="comma-separated input regimes from "
                    "glaref.regimes (default standard)")

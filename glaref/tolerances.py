@@ -181,9 +181,8 @@ TOLERANCES.update({
     "kernel_rel_err_bfloat16": Tolerance(
         UNIT_ROUNDOFF["bfloat16"] + 128 * U32,
         "glaref.kernels with bfloat16 inputs: one rounding of the float32 result to bfloat16 "
-        "(u_bf16 normwise) plus float32 accumulation (128 u32). Tighter than "
-        "audit_rel_err_bfloat16, which allows ~4 roundings for kernels that store intermediates "
-        "in bfloat16; a kernel that did would fail this.",
+        "(u_bf16 normwise) plus float32 accumulation (128 u32). A kernel that stored "
+        "intermediates in bfloat16 (several roundings) would fail this.",
     ),
     "kernel_rel_err_float16": Tolerance(
         UNIT_ROUNDOFF["float16"] + 128 * U32,

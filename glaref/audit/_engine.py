@@ -212,12 +212,20 @@ def _worst(values: Iterable[float]) -> float:
     return max(vals) if vals else math.nan
 
 
+# What a kernel that says nothing is assumed to accumulate in when its compute dtype is narrower:
+# float32, the practice of every production kernel of this recurrence (flash-linear-attention's
+# Triton kernels, mamba_ssm's SSD, axlearn's Pallas kernels accumulate dots and carry the state
+# in float32). A kernel that really accumulates in its 16-bit input dtype is audited with
+# accumulate_dtype equal to that dtype, and then gets the (much looser) all-16-bit bound.
+DEFAULT_ACCUMULATE = "float32"
+
+
 def _accumulate(subject: Subject, cdtype: str) -> str | None:
-    """The accumulate_dtype a subject is judged with at compute dtype ``cdtype``: its own when it
-    is strictly more precise than ``cdtype`` (a float32 promise means nothing for float32 or
-    float64 inputs), else None."""
-    acc = subject.accumulate_dtype
-    if acc is None or UNIT_ROUNDOFF[acc] >= UNIT_ROUNDOFF[cdtype]:
+    """The accumulate_dtype a subject is judged with at compute dtype ``cdtype``: its own (or
+    DEFAULT_ACCUMULATE when it gives none) when that is strictly more precise than ``cdtype``
+    (a float32 promise means nothing for float32 or float64 inputs), else None."""
+    acc = subject.accumulate_dtype or DEFAULT_ACCUMULATE
+    if UNIT_ROUNDOFF[acc] >= UNIT_ROUNDOFF[cdtype]:
         return None
     return acc
 
@@ -434,10 +442,11 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     in units of the compute dtype's u ("tf32" for float32 matmuls at default precision on an
     NVIDIA GPU). What the bound assumes of a user kernel: ``chunk_size`` (its chunk length, 1 for
     a step-by-step scan; None: unknown, the larger bound of the two extremes) and
-    ``accumulate_dtype`` (e.g. "float32" for a 16-bit kernel that accumulates and carries its
-    states in float32; None: everything may round to the compute dtype, and with 16-bit inputs
-    the bound is then usually infinite, so only non-finite values fail). Built-in kernels carry
-    their own (chunked: 64, scan: 1, both accumulating in float32).
+    ``accumulate_dtype`` (the dtype a 16-bit kernel accumulates and carries its states in;
+    None: float32, what production kernels do; pass the input dtype itself, e.g. "bfloat16",
+    for a kernel that rounds everything to it, whose bound is then usually infinite, so only
+    non-finite values fail). Built-in kernels carry their own (chunked: 64, scan: 1, both
+    accumulating in float32).
     """
     from .. import regimes as _regimes
 
