@@ -28,8 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import statistics
 import sys
 import time
@@ -63,22 +61,10 @@ def rel_err(actual, desired) -> float:
 
 
 def device_info() -> dict:
+    """The audit's device block (the seed report's keys, versions, x64, matmul precision, cpu)."""
     import jax
-    d = jax.devices()[0]
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"jax": jax.__version__, "backend": jax.default_backend(),
-            "devices": [f"{x.platform}:{x.id}" for x in jax.devices()],
-            "device_kind": d.device_kind, "python": platform.python_version(), "cpu": cpu,
-            "cores": os.cpu_count(), "x64": bool(jax.config.jax_enable_x64),
-            "matmul_precision": str(jax.config.jax_default_matmul_precision)}
+    from glaref.audit._device import device_info as audit_device_info
+    return audit_device_info(jax.devices()[0], str(jax.config.jax_default_matmul_precision))
 
 
 def _inputs(cfg: str, T: int, seed: int = 0):

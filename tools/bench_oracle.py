@@ -123,15 +123,8 @@ def _machine() -> dict:
     import numpy as np
     from threadpoolctl import threadpool_info
 
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    from glaref.audit._device import cpu_model
+    cpu = cpu_model()
     numpy_blas = [
         {k: i.get(k) for k in ("internal_api", "version", "architecture", "num_threads",
                                "threading_layer", "filepath")}

@@ -56,6 +56,18 @@ def _torch_cuda(torch_version: str | None) -> str | None:
     return f"{int(digits[:-1])}.{digits[-1]}"
 
 
+def cpu_model() -> str:
+    """The host CPU's model name (/proc/cpuinfo), else platform.processor()."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def nvidia_smi() -> dict[str, Any]:
     """GPU name, driver and memory of the first GPU from nvidia-smi, or nulls without one."""
     out: dict[str, Any] = {"gpu": None, "driver": None, "gpu_memory_gb": None}
@@ -100,6 +112,7 @@ def device_info(device, precision: str) -> dict[str, Any]:
         "glaref": _version("glaref"),
         "x64": bool(jax.config.jax_enable_x64),
         "matmul_precision": precision,
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
     }
     return info
