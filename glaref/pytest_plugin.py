@@ -1,0 +1,41 @@
+"""glaref's pytest plugin (registered through the ``pytest11`` entry point when glaref is installed).
+
+    def test_my_kernel(glaref_check):
+        glaref_check(my_kernel, chunk_size=64)
+
+Fixture ``glaref_check``: :func:`glaref.testing.check_kernel` with the command-line options
+``--glaref-regimes`` (default "standard") and ``--glaref-dtype`` (default "float32") as its
+defaults; arguments given in the call win. Marker ``glaref``: tests that audit a kernel against the
+glaref oracle (``pytest -m glaref`` selects them).
+
+Loading the plugin costs nothing: it imports neither jax nor numba (only pytest and glaref's numpy-only package root); the fixture
+imports ``glaref.testing`` (and the engine imports jax) only when a test uses it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("glaref", "glaref: kernels checked against the float64 oracle")
+    group.addoption("--glaref-regimes", default="standard", metavar="NAMES",
+                    help="comma-separated input regimes (glaref.regimes.REGIMES) the glaref_check "
+                         "fixture audits kernels on (default: standard)")
+    group.addoption("--glaref-dtype", default="float32", metavar="DTYPE",
+                    help="input dtype the glaref_check fixture feeds kernels (default: float32)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "glaref: tests that audit a kernel against the glaref oracle")
+
+
+@pytest.fixture
+def glaref_check(request):
+    """glaref.testing.check_kernel with --glaref-regimes and --glaref-dtype as defaults."""
+    from glaref.testing import check_kernel
+
+    return functools.partial(check_kernel, regimes=request.config.getoption("glaref_regimes"),
+                             dtype=request.config.getoption("glaref_dtype"))

@@ -1,0 +1,140 @@
+"""glaref.testing.check_kernel and the pytest plugin: thin faces over the audit engine.
+
+The verdicts themselves are the engine's (tests/test_detection.py holds their detection power);
+here: correct kernels pass, a broken one fails with its figures in the message, a kernel that
+raises fails naming the exception, the plugin's fixture and options work in a real pytest run, and
+loading the plugin imports neither jax nor numba.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("jax", reason="check_kernel runs JAX kernels (the jax extra)")
+
+import mutants  # noqa: E402  (tests/ is on sys.path under pytest)
+
+import glaref.kernels  # noqa: E402
+from glaref.testing import DEFAULT_SEQS, check_kernel  # noqa: E402
+
+pytestmark = pytest.mark.jax
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.mark.parametrize("name, chunk_size", [("chunked", 64), ("scan", 1)])
+def test_correct_kernels_pass_and_their_records_come_back(name, chunk_size):
+    # the kernels as plain user callables (they return o only), judged with their chunk length
+    recs = check_kernel(getattr(glaref.kernels, name), chunk_size=chunk_size)
+    assert [r["seq"] for r in recs] == list(DEFAULT_SEQS)
+    for r in recs:
+        assert r["ok"] is True and r["mode"] == "fwd_bwd" and r["regime"] == "standard"
+        assert set(r["budget_ulps"]) == {"o", "q", "k", "v", "log_alpha", "h0"}
+        assert all(r["budget_ulps"][n] <= r["budget_bound"][n] for n in r["budget_ulps"])
+
+
+def test_a_broken_kernel_fails_with_the_figures_of_each_failing_output():
+    with pytest.raises(AssertionError) as info:
+        check_kernel(mutants.gate_late, chunk_size=mutants.MUTANT_CHUNK)
+    msg = str(info.value)
+    assert "on 3 of 3 rows" in msg
+    for T in DEFAULT_SEQS:
+        assert f"gate_late fwd_bwd config b1g2h4_dk16_dv16 (B=1 G=2 H=4 dk=16 dv=16) T={T} " \
+               "regime standard: FAIL o,h_T," in msg
+    # each failing output on its own line with budget_ulps above its bound, and the other figures
+    lines = re.findall(r"^  (\w+)(?: \(gradient\))?: budget_ulps (\S+), bound (\S+), "
+                       r"rel_err (\S+), max_abs_err (\S+)$", msg, flags=re.M)
+    assert {ln[0] for ln in lines} == set(mutants.OUTPUT_NAMES)
+    for name, ulps, bound, rel, abs_err in lines:
+        assert float(ulps) > float(bound), (name, ulps, bound)
+        assert float(rel) > 0 and float(abs_err) > 0
+
+
+def test_a_nonfinite_output_is_reported_with_its_first_index():
+    import jax.numpy as jnp
+
+    def nan_at_one_element(q, k, v, log_alpha, h0, scale):
+        o = glaref.kernels.chunked(q, k, v, log_alpha, h0, scale=scale)
+        return o.at[0, 1, 2, 3].set(jnp.nan)
+
+    with pytest.raises(AssertionError) as info:
+        check_kernel(nan_at_one_element, seqs=[5], modes=["fwd"], chunk_size=64)
+    msg = str(info.value)
+    assert "FAIL o" in msg and "1 non-finite, first at (0, 1, 2, 3)" in msg, msg
+
+
+def test_a_kernel_that_raises_is_a_failure_naming_the_exception():
+    def raises(q, k, v, log_alpha, h0):
+        raise RuntimeError("deliberately broken")
+
+    with pytest.raises(AssertionError) as info:
+        check_kernel(raises, seqs=[5])
+    msg = str(info.value)
+    assert "on 1 of 1 rows" in msg
+    assert "T=5 regime standard: kernel not measured: RuntimeError: deliberately broken" in msg, msg
+
+
+def test_bad_arguments_are_usage_errors_not_assertion_failures():
+    from glaref.audit import AuditUsageError
+
+    with pytest.raises(AuditUsageError, match="regime: got 'nope'"):
+        check_kernel("chunked", regimes="nope")
+
+
+PLUGIN_TEST = """
+    import pytest
+    import glaref.kernels
+
+
+    def shifted_gates(q, k, v, log_alpha, h0, scale):
+        # gate applied one step late: a structural bug
+        import jax.numpy as jnp
+        la = jnp.concatenate([jnp.zeros_like(log_alpha[..., :1]), log_alpha[..., :-1]], axis=-1)
+        return glaref.kernels.chunked(q, k, v, la, h0, scale=scale)
+
+
+    @pytest.mark.glaref
+    def test_correct(glaref_check):
+        recs = glaref_check(glaref.kernels.scan, configs="1,1,2,4,4", seqs=[6], chunk_size=1)
+        assert [(r["regime"], r["dtype"], r["ok"]) for r in recs] == [("zero_gate", "float64", True)]
+
+
+    @pytest.mark.glaref
+    def test_broken(glaref_check):
+        glaref_check(shifted_gates, configs="1,1,2,4,4", seqs=[6], chunk_size=64)
+
+
+    def test_call_arguments_win(glaref_check):
+        (rec,) = glaref_check(glaref.kernels.scan, configs="1,1,2,4,4", seqs=[6], chunk_size=1,
+                              regimes="standard", dtype="float32")
+        assert (rec["regime"], rec["dtype"]) == ("standard", "float32")
+"""
+
+
+def test_plugin_fixture_and_options_in_a_real_pytest_run(pytester):
+    # the plugin is loaded through its pytest11 entry point, as in any project that installs glaref
+    pytester.makepyfile(test_user_kernel=textwrap.dedent(PLUGIN_TEST))
+    result = pytester.runpytest_subprocess("--strict-markers", "--glaref-regimes=zero_gate",
+                                           "--glaref-dtype=float64", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=1)
+    out = result.stdout.str()
+    assert "AssertionError: kernel disagrees with the glaref oracle on 1 of 1 rows" in out
+    # with zero gates (log_alpha = 0) a gate one step late changes only the gate's gradient
+    assert re.search(r"shifted_gates fwd_bwd config \S+ .* T=6 regime zero_gate: FAIL log_alpha$",
+                     out, flags=re.M), out
+    assert "log_alpha (gradient): budget_ulps" in out
+    result = pytester.runpytest_subprocess("--strict-markers", "-m", "glaref", "--collect-only", "-q")
+    result.stdout.fnmatch_lines(["*2/3 tests collected (1 deselected)*"])
+
+
+def test_loading_the_plugin_imports_neither_jax_nor_numba():
+    code = ("import sys, glaref.pytest_plugin; "
+            "heavy = [m for m in ('jax', 'numba', 'torch') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
