@@ -40,7 +40,7 @@ def scan(q, k, v, log_alpha, h0=None, *, layout: str = "bhtd", checkpoint_every:
 
     cdt, odt = c.dtypes(q, k, v, log_alpha, h0)
     qg, kg, vg, lag, S0 = c.to_grouped(q, k, v, log_alpha, h0, G, layout, cdt)
-    R = H // G
+    # R = H // G below: the heads of one group, which share its q and k
 
     def step(S, xs):
         q_t, k_t, v_t, la_t = xs                      # (B,G,dk), (B,G,dk), (B,G,R,dv), (B,G,R)
