@@ -247,7 +247,29 @@ MP_SHAPES = {  # (B, G, H, T, dk, dv)
 }
 
 
-_MP_EXACT: dict = {}   # (regime, shape, seed) -> exact values and term scales, shared by impls
+_MP_EXACT: dict = {}   # (regime, shape, seed) or (sweep case, seed) -> exact values and term scales
+
+
+def _oracle_outputs(p: Problem, scale: float, impl: str) -> dict[str, np.ndarray]:
+    """o, h_T and the five gradients of the oracle ``impl`` on ``p``, by name."""
+    o, h_T = glaref.forward(p.q, p.k, p.v, p.log_alpha, p.h0, scale=scale, impl=impl)
+    g = glaref.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, scale=scale, impl=impl)
+    return {"o": o, "h_T": h_T, **g._asdict()}
+
+
+def _mp_errors(p: Problem, scale: float, got: dict, mp, key: tuple) -> dict[str, tuple[float, float]]:
+    """Scaled errors of ``got`` against the exact closed form at MP_DPS digits; the exact values
+    and term scales are computed once per ``key`` and shared by the implementations."""
+    old = mp.dps
+    try:
+        mp.dps = MP_DPS
+        if key not in _MP_EXACT:
+            # term scales: the same closed form on absolute values, also exact
+            _MP_EXACT[key] = (_mp_closed_form(p, scale, mp), _mp_closed_form(abs_problem(p), abs(scale), mp))
+        exact, term_scale = _MP_EXACT[key]
+        return {n: _mp_scaled_err(got[n], exact[n], term_scale[n], mp) for n in got}
+    finally:
+        mp.dps = old
 
 
 def measure_mpmath(regime: str, shape: str, impl: str, seed: int = 0) -> dict[str, tuple[float, float]]:
@@ -257,20 +279,7 @@ def measure_mpmath(regime: str, shape: str, impl: str, seed: int = 0) -> dict[st
     tiny = dims[3] <= 8 and dims[4] <= 3 and dims[5] <= 3
     assert tiny or _check_trust_shape(p) == "multichunk"
     scale = 0.8
-    o, h_T = glaref.forward(p.q, p.k, p.v, p.log_alpha, p.h0, scale=scale, impl=impl)
-    g = glaref.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, scale=scale, impl=impl)
-    got = {"o": o, "h_T": h_T, **g._asdict()}
-    old = mp.dps
-    try:
-        mp.dps = MP_DPS
-        key = (regime, shape, seed)
-        if key not in _MP_EXACT:
-            # term scales: the same closed form on absolute values, also exact
-            _MP_EXACT[key] = (_mp_closed_form(p, scale, mp), _mp_closed_form(abs_problem(p), abs(scale), mp))
-        exact, term_scale = _MP_EXACT[key]
-        return {n: _mp_scaled_err(got[n], exact[n], term_scale[n], mp) for n in got}
-    finally:
-        mp.dps = old
+    return _mp_errors(p, scale, _oracle_outputs(p, scale, impl), mp, key=(regime, shape, seed))
 
 
 # The multichunk shape costs seconds in mpmath: by default only the regimes where a chunk
@@ -407,9 +416,7 @@ def measure_jax_scan(jax, case, impl: str, seed: int = 0) -> dict[str, tuple[flo
     ref = _jax_all(jax, p, scale)
     assert all(x.dtype == np.float64 for x in ref.values())
     term_scale = _jax_all(jax, abs_problem(p), abs(scale))
-    o, h_T = glaref.forward(p.q, p.k, p.v, p.log_alpha, p.h0, scale=scale, impl=impl)
-    g = glaref.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, scale=scale, impl=impl)
-    got = {"o": o, "h_T": h_T, **g._asdict()}
+    got = _oracle_outputs(p, scale, impl)
     return {n: (assert_scaled(got[n], ref[n], term_scale[n], math.inf, n), rel_err(got[n], ref[n])) for n in got}
 
 
@@ -446,17 +453,7 @@ def test_sweep_complex_step_and_mpmath(i, impl):
     assert all(r["scaled"] <= tol("trust_complex_step") for r in res.values()), res
     mp = pytest.importorskip("mpmath").mp
     p, scale = _problem(case, seed=i)
-    o, h_T = glaref.forward(p.q, p.k, p.v, p.log_alpha, p.h0, scale=scale, impl=impl)
-    g = glaref.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, scale=scale, impl=impl)
-    got = {"o": o, "h_T": h_T, **g._asdict()}
-    old = mp.dps
-    try:
-        mp.dps = MP_DPS
-        exact = _mp_closed_form(p, scale, mp)
-        term_scale = _mp_closed_form(abs_problem(p), abs(scale), mp)
-        errs = {n: _mp_scaled_err(got[n], exact[n], term_scale[n], mp) for n in got}
-    finally:
-        mp.dps = old
+    errs = _mp_errors(p, scale, _oracle_outputs(p, scale, impl), mp, key=(case[0], i))
     assert all(e[0] <= tol("trust_mpmath") for e in errs.values()), errs
 
 
