@@ -34,10 +34,11 @@ def logsigmoid(x: np.ndarray) -> np.ndarray:
     return -np.logaddexp(0.0, -x)
 
 
-def rand_problem(B: int, G: int, H: int, T: int, dk: int, dv: int, seed: int = 0, *,
+def rand_problem(B: int, G: int, H: int, T: int, dk: int, dv: int, seed: int | list[int] = 0, *,
                  log_alpha: str | float | np.ndarray | Callable = "standard",
                  h0_scale: float = 1.0) -> Problem:
-    """Random canonical float64 "bhtd" inputs and cotangents (do and dh_T always random).
+    """Random canonical float64 "bhtd" inputs and cotangents (do and dh_T always random);
+    ``seed`` is whatever ``np.random.default_rng`` takes.
 
     log_alpha: "standard" (logsigmoid(N(0, 1))), a number (that constant everywhere), an array of
     shape (B, H, T), or a callable ``f(rng, shape)``. q and k are N(0, 1/dk); v, do, dh_T N(0, 1);

@@ -18,42 +18,35 @@ import pytest
 from glaref import _reference
 from glaref.tolerances import tol
 
+from conftest import logsigmoid, rand_problem
+
 _numba = pytest.importorskip("glaref._numba")
 
 NAMES = ("o", "h_T", "dq", "dk", "dv", "dlog_alpha", "dh0")
 
 
-def _logsigmoid(x):
-    return -np.logaddexp(0.0, -x)
+def _strong_decay(rng, shape):  # per-step log decays down to about -30
+    la = logsigmoid(rng.standard_normal(shape)) / 0.1
+    la[..., ::3] = -30.0
+    return la
+
+
+# log_alpha regimes, as conftest.rand_problem takes them
+GATES = {
+    "standard": "standard",
+    "strong_decay": _strong_decay,
+    "zero": 0.0,
+    "positive": lambda rng, shape: rng.uniform(0.0, 0.05, shape),  # growth, no overflow over T steps
+    "near_one": lambda rng, shape: -1e-4 * rng.uniform(0.5, 1.5, shape),
+    "mixed": lambda rng, shape: rng.choice([-30.0, -1.0, 0.0, 0.5], size=shape),  # large steps, both signs
+}
 
 
 def make_case(B, G, H, T, dk, dv, gate="standard", h0_scale=1.0, seed=0, with_dh_T=True):
-    """Random canonical inputs and cotangents; ``gate`` picks the log_alpha regime."""
-    rng = np.random.default_rng([seed, B, G, H, T, dk, dv])
-    s = 1.0 / np.sqrt(max(dk, 1))
-    q = s * rng.standard_normal((B, G, T, dk))
-    k = s * rng.standard_normal((B, G, T, dk))
-    v = rng.standard_normal((B, H, T, dv))
-    h0 = h0_scale * rng.standard_normal((B, H, dk, dv))
-    do = rng.standard_normal((B, H, T, dv))
-    dh_T = rng.standard_normal((B, H, dk, dv)) if with_dh_T else None
-    shape = (B, H, T)
-    if gate == "standard":
-        la = _logsigmoid(rng.standard_normal(shape))
-    elif gate == "strong_decay":  # per-step log decays down to about -30
-        la = _logsigmoid(rng.standard_normal(shape)) / 0.1
-        la[..., ::3] = -30.0
-    elif gate == "zero":
-        la = np.zeros(shape)
-    elif gate == "positive":  # growth, small enough not to overflow over T steps
-        la = rng.uniform(0.0, 0.05, shape)
-    elif gate == "near_one":
-        la = -1e-4 * rng.uniform(0.5, 1.5, shape)
-    elif gate == "mixed":  # large steps of both signs, partial sums stay bounded
-        la = rng.choice([-30.0, -1.0, 0.0, 0.5], size=shape)
-    else:
-        raise ValueError(gate)
-    return q, k, v, la, h0, do, dh_T
+    """Random canonical inputs and cotangents as a tuple; ``gate`` picks the log_alpha regime."""
+    p = rand_problem(B, G, H, T, dk, dv, seed=[seed, B, G, H, T, dk, dv], log_alpha=GATES[gate],
+                     h0_scale=h0_scale)
+    return p.q, p.k, p.v, p.log_alpha, p.h0, p.do, (p.dh_T if with_dh_T else None)
 
 
 def both(case, scale=0.7):
