@@ -29,6 +29,7 @@ import numpy as np
 
 from . import _inputs
 from ._inputs import Dims, Problem
+from .tolerances import SMALLEST_NORMAL, UNIT_ROUNDOFF, lookup
 
 OUTPUTS = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
 
@@ -112,7 +113,7 @@ def underflow_floor(output: str, compute_dtype: str, dims: Dims) -> float:
     (docs/budgets.md, section 4): it only matters where an element's scale itself is near the
     underflow threshold (strong decay over many steps, zero inputs).
     """
-    return _n_products(output, dims) * _tiny(compute_dtype)
+    return _n_products(output, dims) * lookup(SMALLEST_NORMAL, compute_dtype, "compute_dtype")
 
 
 def _n_products(output: str, dims: Dims) -> float:
@@ -133,16 +134,6 @@ def _n_products(output: str, dims: Dims) -> float:
         raise ValueError(f"output: got {output!r}, expected one of {sorted(n)}") from None
 
 
-def _tiny(compute_dtype: str) -> float:
-    from .tolerances import SMALLEST_NORMAL
-
-    try:
-        return SMALLEST_NORMAL[compute_dtype]
-    except KeyError:
-        raise ValueError(f"compute_dtype: got {compute_dtype!r}, expected one of "
-                         f"{sorted(SMALLEST_NORMAL)}") from None
-
-
 def budget_ulps(output: str, x, ref, scale, compute_dtype: str, dims: Dims) -> tuple[float, tuple[int, ...] | None]:
     """``max_i |x_i - ref_i| / (u * scale_i + floor)`` and the index of the worst element.
 
@@ -151,13 +142,7 @@ def budget_ulps(output: str, x, ref, scale, compute_dtype: str, dims: Dims) -> t
     float64 value and scale on the same (dtype-rounded) inputs. Non-finite x gives inf (the
     verdict counts non-finite values separately). Empty arrays give (0.0, None).
     """
-    from .tolerances import UNIT_ROUNDOFF
-
-    try:
-        u = UNIT_ROUNDOFF[compute_dtype]
-    except KeyError:
-        raise ValueError(f"compute_dtype: got {compute_dtype!r}, expected one of "
-                         f"{sorted(UNIT_ROUNDOFF)}") from None
+    u = lookup(UNIT_ROUNDOFF, compute_dtype, "compute_dtype")
     x = np.asarray(x, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     scale = np.asarray(scale, dtype=np.float64)

@@ -51,7 +51,7 @@ import math
 import numpy as np
 
 from ._inputs import Dims
-from .tolerances import UNIT_ROUNDOFF, tol
+from .tolerances import UNIT_ROUNDOFF, lookup, tol
 
 OUTPUTS = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
 
@@ -59,14 +59,6 @@ OUTPUTS = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
 def _check_output(output: str) -> None:
     if output not in OUTPUTS:
         raise ValueError(f"output: got {output!r}, expected one of {OUTPUTS}")
-
-
-def _check_dtype(compute_dtype: str) -> float:
-    try:
-        return UNIT_ROUNDOFF[compute_dtype]
-    except KeyError:
-        raise ValueError(f"compute_dtype: got {compute_dtype!r}, expected one of "
-                         f"{sorted(UNIT_ROUNDOFF)}") from None
 
 
 def _chunk(chunk_size, T: int) -> int:
@@ -153,7 +145,7 @@ def budget_bound(output: str, compute_dtype: str, dims: Dims, chunk_size: int | 
     bound = (m u + gamma_n(u_acc)) / u.
     """
     _check_output(output)
-    u = _check_dtype(compute_dtype)
+    u = lookup(UNIT_ROUNDOFF, compute_dtype, "compute_dtype")
     T = dims.T
     if chunk_size is None:
         n = max(_bound_for_chunk(output, dims, 1, log_alpha),
@@ -162,7 +154,7 @@ def budget_bound(output: str, compute_dtype: str, dims: Dims, chunk_size: int | 
         n = _bound_for_chunk(output, dims, _chunk(chunk_size, T), log_alpha)
     if accumulate_dtype is None or accumulate_dtype == compute_dtype:
         return math.inf if n * u >= 1.0 else n / (1.0 - n * u)
-    u_acc = _check_dtype(accumulate_dtype)
+    u_acc = lookup(UNIT_ROUNDOFF, accumulate_dtype, "accumulate_dtype")
     if u_acc > u:
         raise ValueError(f"accumulate_dtype: got {accumulate_dtype!r}, expected a format at least "
                          f"as precise as compute_dtype {compute_dtype!r}")

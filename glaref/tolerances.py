@@ -197,3 +197,12 @@ def tol(name: str) -> float:
         return TOLERANCES[name].value
     except KeyError:
         raise KeyError(f"no tolerance named {name!r}; known: {sorted(TOLERANCES)}") from None
+
+
+def lookup(table: dict, key: str, what: str):
+    """``table[key]`` (a per-dtype table above), or a ValueError naming the argument ``what``, the
+    value it got and the keys the table holds."""
+    try:
+        return table[key]
+    except KeyError:
+        raise ValueError(f"{what}: got {key!r}, expected one of {sorted(table)}") from None

@@ -162,6 +162,8 @@ def test_gate_mass_and_depth_by_hand():
     assert tol("budget_narrow_roundings") < mixed < tol("budget_narrow_roundings") + 1
     with pytest.raises(ValueError, match="accumulate_dtype: got 'bfloat16'"):
         _verdict.budget_bound("o", "float32", d, 64, log_alpha=zero, accumulate_dtype="bfloat16")
+    with pytest.raises(ValueError, match="^accumulate_dtype: got 'int8', expected one of"):
+        _verdict.budget_bound("o", "float32", d, 64, log_alpha=zero, accumulate_dtype="int8")
     with pytest.raises(ValueError, match="chunk_size: got 0"):
         _verdict.budget_bound("o", "float32", d, 0, log_alpha=zero)
 
