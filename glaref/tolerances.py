@@ -190,6 +190,16 @@ TOLERANCES.update({
         "(u_f16 normwise) plus float32 accumulation (128 u32).",
     ),
 })
+TOLERANCES.update({
+    "figure_closed_form": Tolerance(
+        1e-12,
+        "A budget_ulps figure computed in float64 by the code from a handful of exactly "
+        "representable values, against its closed form (tests/test_budget.py, test_audit.py): a "
+        "few u64 (~1e-16) of rounding, plus the underflow floor, which at these scales is below "
+        "1e-29 of u * scale. A wrong formula would be off by O(1).",
+    ),
+})
+
 
 def tol(name: str) -> float:
     """The value of tolerance ``name`` (KeyError names what exists)."""
