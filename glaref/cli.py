@@ -154,6 +154,10 @@ def _audit(ns: argparse.Namespace) -> int:
         return 130
 
     code, line = _report.summary(records)
+    if records:
+        print()
+        print(_report.legend())
+        print()
     print(line)
     if ns.plot:
         _report.plot(records, ns.plot)

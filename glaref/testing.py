@@ -8,9 +8,11 @@
 ``check_kernel`` is a thin face over the audit engine (:func:`glaref.audit.audit`, accuracy only:
 ``repeats=0``): it holds no judgement of its own. Each row the engine records (one per regime,
 config, sequence length and mode) passes when every output and gradient is finite and within the
-error bound of a correct kernel (``glaref._verdict``); otherwise ``check_kernel`` raises
-``AssertionError`` listing, per failing row and output, the figures (budget_ulps, bound, rel_err,
-max_abs_err, first non-finite index), as ``numpy.testing`` does. As in ``numpy.testing``, the
+two tiers of ``glaref._verdict`` (within ``calibrated_ratio`` times the error of glaref's
+same-precision reference kernels on the same inputs, and within the proven worst-case bound);
+otherwise ``check_kernel`` raises ``AssertionError`` listing, per failing row and output, the
+tier that failed and the figures (ratio to the reference kernels, rel_err of both, budget_ulps
+and the proven bound, max_abs_err, first non-finite index), as ``numpy.testing`` does. As in ``numpy.testing``, the
 argument under test comes first; the truth (the oracle) is implied.
 
 Loading this module is cheap; jax is imported when ``check_kernel`` runs.
@@ -43,12 +45,17 @@ def _describe(rec: dict[str, Any]) -> str:
     lines = [f"{where}: {rec.get('verdict')}"]
     rel = {**(rec.get("rel_err_out") or {}), **(rec.get("rel_err_grads") or {})}
     first_bad = rec.get("nonfinite_first_index") or {}
+    ratios = rec.get("reference_ratio") or {}
+    base = rec.get("reference_rel_err") or {}
+    tiers = rec.get("failed_tier") or {}
     for reason in rec.get("failures", []):
         name = reason.split(":", 1)[0]
         label = name if name in ("o", "h_T") else f"{name} (gradient)"
-        figures = (f"budget_ulps {_figure(rec['budget_ulps'].get(name))}, "
-                   f"bound {_figure(rec['budget_bound'].get(name))}, "
-                   f"rel_err {_figure(rel.get(name))}, "
+        figures = (f"{tiers.get(name)} tier: {_figure(ratios.get(name))}x the reference kernels' "
+                   f"error (allowed {_figure(rec.get('allowed_ratio'))}x; rel_err "
+                   f"{_figure(rel.get(name))} vs {_figure(base.get(name))}), "
+                   f"budget_ulps {_figure(rec['budget_ulps'].get(name))} "
+                   f"(proven bound {_figure(rec['budget_bound'].get(name))}), "
                    f"max_abs_err {_figure(rec['max_abs_err'].get(name))}")
         if rec["nonfinite"].get(name):
             figures += (f", {rec['nonfinite'][name]} non-finite, first at "
@@ -90,6 +97,8 @@ def check_kernel(kernel: Callable | str, *, configs=DEFAULT_CONFIG, seqs=DEFAULT
         raise AssertionError(
             f"kernel disagrees with the glaref oracle on {len(bad)} of {len(records)} rows "
             f"(dtype {dtype}, compute dtype {bad[0].get('compute_dtype')}, "
-            f"chunk_size={bad[0].get('chunk_size')}; budget_ulps: error in units of u x the "
-            f"element's sum of |terms|; bound: what a correct kernel can reach):\n{rows}")
+            f"chunk_size={bad[0].get('chunk_size')}; calibrated tier: normwise error against "
+            f"glaref's same-precision reference kernels on the same inputs; proven tier: "
+            f"budget_ulps, error in units of u x the element's sum of |terms|, against the "
+            f"worst case of any correct kernel):\n{rows}")
     return records

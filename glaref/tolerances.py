@@ -190,6 +190,28 @@ TOLERANCES.update({
         "(u_f16 normwise) plus float32 accumulation (128 u32).",
     ),
 })
+# ---- the calibrated verdict (glaref/_verdict.py, glaref/_baseline.py, docs/budgets.md sec. 8) ----
+TOLERANCES.update({
+    "calibrated_ratio": Tolerance(
+        6.0,
+        "Largest normwise error a kernel may make, as a multiple of the same-precision reference "
+        "kernels' error on the same inputs (the baseline of _verdict.baseline_error). Derived from "
+        "the measured spread of correct kernels: over the zoo of tests/zoo.py (chunked at C = 16 "
+        "to 256, scan, checkpointed scan, quadratic attention form, direct-form and identity "
+        "dlog_alpha; float32 and bfloat16; every default regime; 5 seeds; "
+        "docs/reports/sensitivity_cpu.txt) the worst ratio to the baseline is ZOO_WORST; 6 leaves "
+        "a margin of 6 / ZOO_WORST against false alarms, while a kernel whose structure is "
+        "unknown is flagged at no more than 6 x baseline / natural error (measured sensitivity "
+        "in the same report).",
+    ),
+    "calibrated_floor": Tolerance(
+        1.0,
+        "Least baseline of the calibrated tier, in units of u ||ref||_2 (u of the compute "
+        "dtype): one rounding of every element of the result, the error any correct kernel may "
+        "make even where a reference kernel happens to be exact (T = 1, dk = dv = 1, exact "
+        "zeros). Plus the underflow allowance of every element (_budget.underflow_floor).",
+    ),
+})
 TOLERANCES.update({
     "figure_closed_form": Tolerance(
         1e-12,
@@ -197,6 +219,12 @@ TOLERANCES.update({
         "representable values, against its closed form (tests/test_budget.py, test_audit.py): a "
         "few u64 (~1e-16) of rounding, plus the underflow floor, which at these scales is below "
         "1e-29 of u * scale. A wrong formula would be off by O(1).",
+    ),
+    "figure_by_difference": Tolerance(
+        1e-6,
+        "A ratio of error norms built in float64 from x = ref + f e with |ref| ~ 1 and |e| ~ 1e-7 "
+        "(tests/test_budget.py): each difference x - ref recovers f e to within u64 |ref|, i.e. "
+        "~1e-9 of it; a wrong rule would be off by O(1).",
     ),
     "audit_figure_by_hand": Tolerance(
         1e-6,

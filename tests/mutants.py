@@ -10,7 +10,9 @@ inclusive cumulative sum of log_alpha from the chunk's start and S the state ent
     o_i   = sum_{j <= i} (q_i . k_j) exp(b_i - b_j) v_j + exp(b_i) q_i S
     S'    = exp(b_last) S + sum_j exp(b_last - b_j) k_j^T v_j
     dS    = exp(b_last) dS' + sum_i exp(b_i) q_i^T do_i                      (dh0 = dS of chunk 0)
-    dlog_alpha_t = sum_{s >= t} (q_s . dq_s - k_s . dk_s) + <h_T, dh_T>     (per-head dq, dk)
+    dlog_alpha_t = sum_{s >= t, s in chunk} (q_s . dq_s - k_s . dk_s) + <S', dS'>  (per-head dq, dk;
+                   S' and dS' the state after the chunk and its cotangent: the identity applied
+                   chunk by chunk, as flash-linear-attention's kernels do)
 
 The audit engine judges them like any user kernel (tests/test_detection.py,
 tools/detection_table.py): ``glaref.audit(list(MUTANTS.values()), ..., chunk_size=MUTANT_CHUNK)``
@@ -34,7 +36,7 @@ MUTANT_DOCS = {
     "h0_not_decayed": "the initial state enters the first chunk without its decay",
     "h0_decayed_twice": "the first chunk's decay applied twice to the initial state",
     "group_sum_wrong_axis": "dq, dk summed over the wrong axis of (G, H/G) (visible when G > 1 and H/G > 1)",
-    "dla_missing_hT": "the <h_T, dh_T> term missing from the dlog_alpha identity",
+    "dla_missing_hT": "the <h_T, dh_T> term (the last chunk's tail) missing from the dlog_alpha identity",
     "chunk_off_by_one": "state handed to the next chunk decayed by exp(b_{C-2}) instead of exp(b_{C-1})",
     "tf32_matmul": "every matmul input rounded to TF32 (10 explicit mantissa bits)",
     "bf16_states": "chunk states (and their cotangents) stored in bfloat16 between chunks",
@@ -171,10 +173,16 @@ def _build(flags: _Flags):
         def unchunk(x):
             return x.reshape(x.shape[:2] + (N * C, x.shape[-1]))[:, :, :T]
         dq, dk, dv = unchunk(dq), unchunk(dk), unchunk(dv)
-        terms = jnp.sum(qh * dq, -1) - jnp.sum(kh * dk, -1)
-        dla = jnp.flip(jnp.cumsum(jnp.flip(terms, -1), -1), -1)
-        if not flags.dla_missing_hT:
-            dla = dla + jnp.sum(h_T * dh_T, axis=(-2, -1))[..., None]
+        # the identity chunk by chunk: in-chunk reverse cumsum plus <S_{n+1}, dS_{n+1}> (the
+        # state after the chunk and its cotangent), which carries everything beyond the chunk
+        # and equals <h_T, dh_T> for the last one
+        terms = chunks(jnp.sum(qh * dq, -1) - jnp.sum(kh * dk, -1), T, N)      # (B, H, N, C)
+        S_after = jnp.concatenate([S_in[1:], h_T[None]], axis=0)               # (N, B, H, dk, dv)
+        tail = jnp.moveaxis(jnp.sum(S_after * dS_out, axis=(-2, -1)), 0, 2)    # (B, H, N)
+        if flags.dla_missing_hT:
+            tail = tail.at[:, :, -1].set(0.0)
+        dla = jnp.flip(jnp.cumsum(jnp.flip(terms, -1), -1), -1) + tail[..., None]
+        dla = dla.reshape(dla.shape[:2] + (N * C,))[:, :, :T]
         R = H // G
         if flags.group_sum_wrong_axis:
             dq_g = dq.reshape(B, R, G, T, Dk).sum(1)

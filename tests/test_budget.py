@@ -168,20 +168,75 @@ def test_gate_mass_and_depth_by_hand():
         _verdict.budget_bound("o", "float32", d, 0, log_alpha=zero)
 
 
-def test_judge_fails_exactly_past_the_bound_and_on_nonfinite():
+def _assess_case(err_factor: float, ref_factor: float = 1.0, chunk_size=16, **kw):
+    """One output ("v") of a small problem: the kernel's value is ref + err_factor * e and each
+    reference kernel's ref + ref_factor * e, e a fixed pattern of size 1e-7 relative."""
     d = Dims(1, 1, 2, 40, 4, 4)
     la = np.full((1, 2, 40), -0.5)
-    b = _verdict.budget_bound("v", "float32", d, 16, log_alpha=la)
-    ok, why = _verdict.judge("v", 0.999 * b, 1e-7, 0, "float32", d, 16, log_alpha=la)
-    assert ok and why.startswith("v: budget_ulps")
-    ok, why = _verdict.judge("v", 1.001 * b, 1e-7, 0, "float32", d, 16, log_alpha=la)
-    assert not ok and "v: budget_ulps" in why and "> bound" in why
-    ok, why = _verdict.judge("h0", 0.0, 0.0, 3, "float32", d, 16, log_alpha=la, first_nonfinite=(0, 1, 2, 3))
-    assert not ok and why == "h0: 3 non-finite value(s), first at (0, 1, 2, 3)"
-    ok, why = _verdict.judge("o", math.inf, 1.0, 0, "float32", d, 16, log_alpha=la)
-    assert not ok
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((1, 2, 40, 4))
+    e = 1e-7 * rng.standard_normal(ref.shape)
+    scale = 2 * np.abs(ref) + 1.0
+    refs = {"scan": ref + ref_factor * e, "chunked": ref - ref_factor * e}
+    return _verdict.assess("v", ref + err_factor * e, ref, scale=scale, compute_dtype="float32",
+                           dims=d, log_alpha=la, reference_outputs=refs, chunk_size=chunk_size, **kw)
+
+
+def test_calibrated_tier_fails_exactly_past_the_allowed_ratio():
+    R = tol("calibrated_ratio")
+    a = _assess_case(0.999 * R)
+    assert a.ok and a.ratio == pytest.approx(0.999 * R, rel=tol("figure_by_difference"))
+    a = _assess_case(1.001 * R)
+    assert not a.ok and a.failed_tier == "calibrated"
+    assert a.reason.startswith(f"v: {a.ratio:.3g}x the error of the float32 reference kernels")
+    # the baseline is reported relative to ||ref||, and the kernel's own rel_err beside it
+    assert a.baseline_rel_err * R * 1.001 == pytest.approx(a.rel_err, rel=tol("figure_by_difference"))
+
+
+def test_calibrated_floor_is_one_rounding_of_the_result():
+    # reference kernels exact: the baseline is u ||ref|| (one rounding of every element)
+    a = _assess_case(0.0, ref_factor=0.0)
+    assert a.ok and a.ratio == 0.0
+    u = UNIT_ROUNDOFF["float32"]
+    assert a.baseline_rel_err == pytest.approx(tol("calibrated_floor") * u, rel=tol("figure_closed_form"))
+    b = _assess_case(1.0, ref_factor=0.0)    # ~1e-7 relative: below R u ~ 3.6e-7
+    assert b.ok
+    c = _assess_case(100.0, ref_factor=0.0)  # ~1e-5 relative: ~170 x the floor
+    assert not c.ok and c.failed_tier == "calibrated"
+
+
+def test_proven_tier_fails_past_the_worst_case_bound_whatever_the_references():
+    a = _assess_case(1e6, ref_factor=1e6)          # references as wrong as the kernel
+    assert a.ratio == pytest.approx(1.0, rel=tol("figure_by_difference"))
+    assert not a.ok and a.failed_tier == "proven"
+    assert a.reason.startswith("v: beyond any correct kernel: budget_ulps")
+    assert a.budget_ulps > a.bound
+
+
+def test_nonfinite_and_undecided():
+    d = Dims(1, 1, 2, 40, 4, 4)
+    la = np.full((1, 2, 40), -0.5)
+    ref = np.ones((1, 2, 40, 4))
+    x = ref.copy()
+    x[0, 1, 2, 3] = np.nan
+    a = _verdict.assess("v", x, ref, scale=ref, compute_dtype="float32", dims=d, log_alpha=la,
+                        reference_outputs={"scan": ref, "chunked": ref})
+    assert a.failed_tier == "nonfinite" and a.reason == "v: 1 non-finite value(s), first at (0, 1, 2, 3)"
+    b = _verdict.assess("v", ref, ref, scale=ref, compute_dtype="float32", dims=d, log_alpha=la,
+                        reference_outputs=None)
+    assert b.failed_tier == "undecided" and not b.ok
     with pytest.raises(ValueError, match="output: got 'dq'"):
-        _verdict.judge("dq", 0.0, 0.0, 0, "float32", d, 16, log_alpha=la)
+        _verdict.assess("dq", ref, ref, scale=ref, compute_dtype="float32", dims=d, log_alpha=la,
+                        reference_outputs=None)
+
+
+def test_baseline_follows_what_is_known_of_the_structure():
+    e = {"scan": 9.0, "chunked": 1.0}
+    assert _verdict.baseline_error(e, 1) == 9.0           # a step-by-step kernel: the scan
+    assert _verdict.baseline_error(e, 64) == 1.0          # a chunked one: the chunked reference
+    assert _verdict.baseline_error(e, None) == 3.0        # unknown: widened to the geometric mean
+    assert _verdict.baseline_error({"scan": 0.5, "chunked": 1.0}, None) == 1.0   # never below chunked
+    assert _verdict.baseline_error({"scan": math.inf, "chunked": 1.0}, None) == math.inf
 
 
 def _narrow(p: Problem, dtype) -> Problem:
@@ -208,6 +263,6 @@ def test_reference_in_low_precision_stays_within_the_bound(regime, dtype):
             assert x.dtype == np.dtype(dtype)
             scale = s["log_alpha_identity"] if name == "log_alpha" else s[name]
             ulps, where = _budget.budget_ulps(name, x, refs[name], scale, dtype, d)
-            nonfinite = int((~np.isfinite(x.astype(np.float64))).sum())
-            ok, why = _verdict.judge(name, ulps, None, nonfinite, dtype, d, 1, log_alpha=w.log_alpha)
-            assert ok, f"{regime} T={d.T}: {why} at {where}"
+            assert np.isfinite(x.astype(np.float64)).all(), (regime, name)
+            bound = _verdict.budget_bound(name, dtype, d, 1, log_alpha=w.log_alpha)
+            assert ulps <= bound, f"{regime} T={d.T} {name}: budget_ulps {ulps} > {bound} at {where}"

@@ -40,10 +40,12 @@ def test_exit_0_prints_the_table_and_writes_the_json(capsys, tmp_path):
     code, out, err = run(capsys, "--impl", kernel("scan_kernel_final"), *TINY, "--json", str(out_json))
     assert code == 0, out + err
     lines = out.splitlines()
-    assert lines[1].split()[:4] == ["impl", "mode", "config", "T"]
+    assert lines[0].split()[:4] == ["impl", "mode", "config", "T"]
     rows = [ln for ln in lines if ln.startswith(kernel("scan_kernel_final"))]
     assert len(rows) == 2 and all(ln.rstrip().endswith("ok") for ln in rows)
-    assert any(ln.startswith("OK: 2 rows within the error bound") for ln in lines)
+    assert any(ln.startswith("OK: 2 rows within 6x the reference kernels' error and the proven bound")
+               for ln in lines)
+    assert "x_ref: the largest ratio" in out              # the legend under the table
     doc = json.loads(out_json.read_text())
     assert [r["mode"] for r in doc["results"]] == ["fwd", "fwd_bwd"]
     assert doc["config"]["configs"] == {"b1g1h2_dk8_dv4": [1, 1, 2, 8, 4]}
@@ -53,9 +55,9 @@ def test_exit_0_prints_the_table_and_writes_the_json(capsys, tmp_path):
 def test_exit_1_for_a_wrong_kernel_and_exit_zero_overrides(capsys):
     code, out, _ = run(capsys, "--impl", kernel("wrong_kernel"), *TINY, "--mode", "fwd")
     assert code == 1
-    assert "FAIL: 1 of 1 rows" in out and "o: budget_ulps" in out
+    assert "FAIL: 1 of 1 rows" in out and "o: beyond any correct kernel: budget_ulps" in out
     row = [ln for ln in out.splitlines() if ln.startswith(kernel("wrong_kernel"))][0]
-    assert row.rstrip().endswith("FAIL o")          # the table names the failing outputs
+    assert row.rstrip().endswith("FAIL o:proven")   # the table names the failing outputs and tier
     code, _, _ = run(capsys, "--impl", kernel("wrong_kernel"), *TINY, "--mode", "fwd", "--exit-zero")
     assert code == 0
 
@@ -72,7 +74,7 @@ def test_a_raising_kernel_is_reported_skipped_beside_a_passing_one(capsys):
                        "numpy", "--mode", "fwd")
     assert code == 0
     assert "skipped: ValueError: unsupported shape: T=20" in out
-    assert "OK: 1 rows within the error bound, 1 skipped" in out
+    assert "OK: 1 rows within 6x the reference kernels' error and the proven bound, 1 skipped" in out
 
 
 @pytest.mark.parametrize("args", [

@@ -64,6 +64,11 @@ def mutant_records(regime: str) -> dict[str, dict]:
     return {r["impl"]: r for r in recs}
 
 
+def _report_short(name: str) -> str:
+    from glaref.audit._report import SHORT
+    return SHORT[name]
+
+
 def failed(rec: dict) -> set[str]:
     return {f.split(":", 1)[0] for f in rec["failures"]}
 
@@ -83,12 +88,22 @@ def test_mutant_is_flagged(name):
     assert must <= flagged, f"{name} on {regime}: flagged {sorted(flagged)}, expected {sorted(must)}: {rec['failures']}"
     if exact:
         assert flagged == must, f"{name} on {regime}: flagged {sorted(flagged)}, expected exactly {sorted(must)}"
-    for reason in rec["failures"]:                      # each reason names its output and figure
+    R = rec["allowed_ratio"]
+    for reason in rec["failures"]:                      # each reason names its output, tier and figure
         out = reason.split(":", 1)[0]
-        assert out in ALL and ("budget_ulps" in reason or "non-finite" in reason), reason
-        if "budget_ulps" in reason:
+        tier = rec["failed_tier"][out]
+        assert out in ALL and tier in ("calibrated", "proven", "nonfinite"), reason
+        if tier == "proven":
+            assert "beyond any correct kernel" in reason
             assert rec["budget_ulps"][out] > rec["budget_bound"][out]
-    assert rec["verdict"] == "FAIL " + ",".join(n for n in mutants.OUTPUT_NAMES if n in flagged)
+        elif tier == "calibrated":
+            assert "x the error of the float32 reference kernels" in reason
+            assert rec["reference_ratio"][out] > R
+        else:
+            assert "non-finite" in reason and rec["nonfinite"][out] > 0
+    assert rec["verdict"].startswith("FAIL ")
+    assert [p.split(":")[0] for p in rec["verdict"][5:].split(",")] == \
+        [_report_short(n) for n in mutants.OUTPUT_NAMES if n in flagged]
     code, line = summary([rec])
     assert code == 1 and name in line                   # the audit's exit code and its reason
 
@@ -106,8 +121,8 @@ def test_a_mutant_on_the_command_line_exits_1_naming_the_failing_output(capsys):
     out = capsys.readouterr().out
     assert code == 1, out
     row = [ln for ln in out.splitlines() if "dla_missing_hT" in ln and "fwd_bwd" in ln][0]
-    assert row.rstrip().endswith("FAIL log_alpha")
-    assert "log_alpha: budget_ulps" in out
+    assert "FAIL la:" in row
+    assert "log_alpha: beyond any correct kernel: budget_ulps" in out
 
 
 def test_group_bug_is_invisible_when_groups_cannot_be_confused():
@@ -125,9 +140,10 @@ def _assert_all_pass(recs: list[dict], regime: str, label: str) -> None:
     bad = [f"{r['impl']} T={r['seq']} dk={r['dk']}: {r.get('skipped') or r['failures']}"
            for r in recs if not r["ok"]]
     assert not bad, f"false alarm on {regime} ({label}): {bad}"
-    for r in recs:                    # every output was measured and judged against a bound
+    for r in recs:                    # every output was measured and judged by both tiers
         assert set(r["budget_ulps"]) == ALL and all(
             0 <= r["budget_ulps"][n] <= r["budget_bound"][n] for n in ALL), r["budget_ulps"]
+        assert all(0 <= r["reference_ratio"][n] <= r["allowed_ratio"] for n in ALL), r["reference_ratio"]
 
 
 @functools.lru_cache(maxsize=None)

@@ -15,10 +15,10 @@ from typing import Any, Iterable, TextIO
 
 # Record keys beyond the seed report's (tests hold the schema to exactly these).
 RECORD_ADDITIONS = (
-    "rel_err_out", "max_abs_err", "budget_ulps", "budget_bound", "budget_ulps_direct", "nonfinite",
-    "nonfinite_first_index", "dtype", "compute_dtype", "precision", "layout", "regime", "seed",
-    "scale", "final_state", "chunk_size", "accumulate_dtype", "ok", "failures", "verdict",
-    "oracle_ms",
+    "rel_err_out", "max_abs_err", "reference_rel_err", "reference_ratio", "allowed_ratio",
+    "budget_ulps", "budget_bound", "budget_ulps_direct", "nonfinite", "nonfinite_first_index",
+    "dtype", "compute_dtype", "precision", "layout", "regime", "seed", "scale", "final_state",
+    "chunk_size", "accumulate_dtype", "ok", "failed_tier", "failures", "verdict", "oracle_ms",
 )
 
 ERR_COLUMNS = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
@@ -79,25 +79,76 @@ def failed_outputs(r: dict[str, Any]) -> list[str]:
     return [f.split(":", 1)[0] for f in r.get("failures", [])]
 
 
+SHORT = {"o": "o", "h_T": "h_T", "q": "q", "k": "k", "v": "v", "log_alpha": "la", "h0": "h0"}
+
+
+def _largest(values: dict[str, float | None]) -> tuple[str | None, float | None]:
+    vals = [(n, x) for n, x in values.items() if x is not None]
+    if not vals:
+        return None, None
+    return max(vals, key=lambda nx: nx[1])
+
+
+def reference_used(r: dict[str, Any]) -> tuple[str | None, float | None]:
+    """(output, ratio): the largest ratio of an output's error to the same-precision reference
+    kernels' error (the calibrated tier; fails above ``allowed_ratio``)."""
+    return _largest(r.get("reference_ratio") or {})
+
+
 def bound_used(r: dict[str, Any]) -> float | None:
     """The largest budget_ulps / bound over a record's outputs: the share of a correct kernel's
-    worst-case rounding error the kernel used (> 1 fails). None when nothing was measured."""
+    worst-case rounding error the kernel used (> 1 fails: the proven tier). None when nothing was
+    measured or no output has a finite bound."""
     ulps, bounds = r.get("budget_ulps") or {}, r.get("budget_bound") or {}
     vals = []
     for n, u in ulps.items():
         b = bounds.get(n)
-        if u is None or b is None:
+        if u is None or b is None or math.isinf(b):
             continue
         vals.append(0.0 if u == 0 else math.inf if b == 0 else u / b)
     return max(vals) if vals else None
 
 
 def verdict(r: dict[str, Any]) -> str:
-    """A measured row's compact verdict: "ok", or "FAIL <outputs>" naming every failing output
-    (``failures`` holds each one's figure and bound)."""
+    """A measured row's compact verdict: "ok", or "FAIL" and each failing output with the tier
+    that failed it: its ratio to the reference kernels (calibrated), "proven" (beyond the
+    worst-case bound), "nan" (non-finite) or "undecided" (no verdict could be reached)."""
     if r.get("ok"):
         return "ok"
-    return "FAIL " + ",".join(failed_outputs(r))
+    tiers = r.get("failed_tier") or {}
+    ratios = r.get("reference_ratio") or {}
+    parts = []
+    for n in failed_outputs(r):
+        t = tiers.get(n)
+        if t == "calibrated":
+            parts.append(f"{SHORT.get(n, n)}:{ratios[n]:.3g}x")
+        elif t == "nonfinite":
+            parts.append(f"{SHORT.get(n, n)}:nan")
+        elif t:
+            parts.append(f"{SHORT.get(n, n)}:{t}")
+        else:
+            parts.append(SHORT.get(n, n))
+    return "FAIL " + ",".join(parts)
+
+
+LEGEND = (
+    "columns o .. h0: normwise relative error ||x - ref|| / ||ref|| of each output and gradient\n"
+    "  against the float64 oracle run on the same (dtype-rounded) inputs.\n"
+    "x_ref: the largest ratio, over the outputs, of the kernel's error to the error of glaref's\n"
+    "  same-precision reference kernels on the same inputs (calibrated tier: fails above the\n"
+    "  allowed ratio, {R:g}); the output it belongs to in brackets.\n"
+    "proven: the largest budget_ulps / worst-case rounding bound (proven tier: above 1 no correct\n"
+    "  kernel could have made the error; '-' where no finite bound exists).\n"
+    "verdict: ok, or FAIL with each failing output and why (Nx: N times the reference error;\n"
+    "  proven; nan: non-finite values).\n"
+    "ms: median time per call; compile_s: jit compile time; temp_MB: XLA temporary buffers;\n"
+    "  resid_MB: what the forward keeps for the backward (fwd_bwd rows)."
+)
+
+
+def legend() -> str:
+    from ..tolerances import tol
+    return LEGEND.format(R=tol("calibrated_ratio"))
 
 
 def _f(x, fmt: str) -> str:
@@ -119,13 +170,10 @@ class Table:
         reg = f"{'regime':<{self.w_reg}} " if self.w_reg else ""
         head = (f"{'impl':<{self.w_impl}} {'mode':<7} {reg}{'config':<{self.w_cfg}} {'T':>5} "
                 f"{'ms':>9} {'compile_s':>9} {'temp_MB':>8} {'resid_MB':>8} "
-                + " ".join(f"{c:>9}" for c in ERR_COLUMNS) + f" {'bound':>7}  verdict")
+                + " ".join(f"{c:>9}" for c in ERR_COLUMNS) + f" {'x_ref':>10} {'proven':>7}  verdict")
         self.header = head
 
     def print_header(self) -> None:
-        print("normwise relative error vs the float64 oracle per output and gradient; bound: the "
-              "largest budget_ulps / bound over the outputs (> 1 fails); ms: median per call",
-              file=self.stream)
         print(self.header, file=self.stream)
         print("-" * len(self.header), file=self.stream, flush=True)
 
@@ -139,9 +187,12 @@ class Table:
         cols = " ".join(f"{_e(errs.get(c)):>9}" for c in ERR_COLUMNS)
         used = bound_used(r)
         used_s = "-" if used is None else "inf" if math.isinf(used) else f"{used:.2g}"
+        name, ratio = reference_used(r)
+        ref_s = "-" if ratio is None else (f"{ratio:.2g}" if math.isfinite(ratio) else "inf") \
+            + f"({SHORT.get(name, name)})"
         return (lead + f"{_f(r.get('median_ms'), '9.2f')} {_f(r.get('compile_s'), '9.2f')} "
                 f"{_f(r.get('xla_temp_mb'), '8.1f')} {_f(r.get('residual_mb'), '8.1f')} "
-                f"{cols} {used_s:>7}  {verdict(r)}")
+                f"{cols} {ref_s:>10} {used_s:>7}  {verdict(r)}")
 
     def row(self, r: dict[str, Any]) -> None:
         print(self.line(r), file=self.stream, flush=True)
@@ -160,13 +211,18 @@ def summary(records: list[dict[str, Any]]) -> tuple[int, str]:
         more = len(r.get("failures", [])) - 1
         first += f" (+{more} more output(s))" if more > 0 else ""
         reg = f" ({r['regime']})" if r.get("regime") else ""
-        return 1, (f"FAIL: {len(failed)} of {len(records)} rows exceed the error bound or are "
-                   f"non-finite (first: {r['impl']} {r['mode']} {r['config']} T={r['seq']}{reg}: "
-                   f"{first})")
+        return 1, (f"FAIL: {len(failed)} of {len(records)} rows fail the verdict (first: "
+                   f"{r['impl']} {r['mode']} {r['config']} T={r['seq']}{reg}: {first})")
     if not measured:
         return 1, f"FAIL: none of {len(records)} rows could be measured (all skipped)"
     extra = f", {len(skipped)} skipped" if skipped else ""
-    return 0, f"OK: {len(measured)} rows within the error bound{extra}"
+    return 0, (f"OK: {len(measured)} rows within {_ratio():g}x the reference kernels' error and "
+               f"the proven bound{extra}")
+
+
+def _ratio() -> float:
+    from ..tolerances import tol
+    return tol("calibrated_ratio")
 
 
 # ---------------------------------------------------------------- plot

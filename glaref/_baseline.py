@@ -1,0 +1,386 @@
+"""Same-precision reference kernels: the error a correct kernel makes, measured on the same inputs.
+
+The calibrated verdict (``glaref._verdict``) compares a kernel's error on each output with the
+error that *correct* kernels make on exactly the same inputs, in the same arithmetic. These are
+those correct kernels: two algorithms that bracket how production kernels of the recurrence are
+written, evaluated here in a chosen low precision by NumPy and Numba, so that they need neither
+JAX nor torch, run the same on every machine, and never share code (or bugs) with a kernel under
+audit, glaref's own JAX kernels included.
+
+``scan``     the recurrence step by step (docs/math.md, sections 1 and 3):
+             S_t = alpha_t S_{t-1} + k_t^T v_t,  o_t = scale q_t S_t, and the reverse sweep
+             G_t = scale q_t^T do_t + alpha_{t+1} G_{t+1}, dq_t = scale S_t do_t^T,
+             dk_t = G_t v_t^T, dv_t = G_t^T k_t^T, dh0 = alpha_1 G_1, with dlog_alpha in the
+             *direct* form alpha_t <S_{t-1}, G_t>. One rounding of the state per step: the
+             sequential accumulation of T steps (what near-one and growing gates punish).
+``chunked``  chunks of ``CHUNK`` steps, the form of flash-linear-attention's chunk kernels: the
+             log gates summed from each chunk's start (b = cumsum), decays exp(b_i - b_j) of
+             those cumulative sums, a masked (Q K^T o D) V product inside the chunk and the state
+             handed from chunk to chunk; dlog_alpha by the reverse-cumsum *identity*, chunk-local:
+             dlog_alpha_t = sum_{t <= s < end of chunk} (q_s . dq_s - k_s . dk_s)
+                            + <S_{n+1}, dS_{n+1}>,
+             which cancels heavily under strong decay (docs/math.md, section 4).
+
+Arithmetic. ``arith`` is the dtype every operation is carried out in (float32 for float32, tf32,
+bfloat16 and float16 kernels that accumulate in float32; float64 for float64 kernels).
+``operand`` names the format every matrix-product operand is rounded to first (round to nearest
+even, on the float32 bit pattern): "tf32" (10 explicit mantissa bits: what NVIDIA GPUs do with
+float32 matmuls at JAX's default precision), "bfloat16", "float16" (mantissa only; the values
+stay in range), or None. ``storage`` rounds every product's result, every carried state and every
+running sum to a 16-bit format: a kernel that *accumulates* in bfloat16 or float16. The caller
+rounds each returned output to the dtype the kernel under audit returned it in
+(``round_to``): a bfloat16 kernel's o carries that final rounding, and so must its baseline.
+
+Both kernels take canonical float64 "bhtd" arrays (exactly representable in ``arith``; the audit
+rounds inputs to the kernel's dtype before anything runs) and return float64 arrays of the values
+they computed. Nothing here is an oracle: these kernels *make* rounding errors on purpose.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+KERNELS = ("scan", "chunked")
+CHUNK = 64
+ROUNDINGS = ("tf32", "bfloat16", "float16")
+
+# mantissa bits dropped from float32's 23 to reach each format
+_DROP = {"tf32": 13, "bfloat16": 16, "float16": 13}
+_MODE = {None: 0, "tf32": 1, "bfloat16": 2, "float16": 3}
+
+
+def round_to(x: np.ndarray, fmt: str | None) -> np.ndarray:
+    """x rounded to nearest (ties to even) in format ``fmt`` ("tf32", "bfloat16", "float16",
+    "float32", "float64" or None: unchanged), returned in x's own dtype (float32 or float64).
+
+    tf32 and float16 keep 10 explicit mantissa bits, bfloat16 7; exponent ranges are float32's
+    (the values the baseline meets stay far inside float16's range)."""
+    if fmt is None or fmt == "float64":
+        return x
+    if fmt == "float32":
+        return x.astype(np.float32).astype(x.dtype)
+    drop = _DROP[fmt]
+    y = np.ascontiguousarray(x, dtype=np.float32)
+    bits = y.view(np.uint32)
+    lsb = (bits >> np.uint32(drop)) & np.uint32(1)
+    half = np.uint32((1 << (drop - 1)) - 1)
+    mask = np.uint32((0xFFFFFFFF >> drop) << drop)
+    finite = np.isfinite(y)
+    r = ((bits + half + lsb) & mask).view(np.float32)
+    return np.where(finite, r, y).astype(x.dtype, copy=False)
+
+
+# ------------------------------------------------------------------------------------ chunked
+
+def _mm(a, b, operand, storage):
+    """A matrix product of the kernel: operands rounded to ``operand``, the result (accumulated
+    in the arrays' dtype by BLAS) rounded to ``storage``."""
+    return round_to(np.matmul(round_to(a, operand), round_to(b, operand)), storage)
+
+
+def _fma(a, x, y):
+    """a * x + y rounded once to the working dtype (a fused multiply-add epilogue): the products
+    and sum in float64, which holds them exactly or within one float64 rounding."""
+    return (np.multiply(a, x, dtype=np.float64) + y).astype(x.dtype)
+
+
+def _chunked(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK):
+    """The chunked kernel on per-head arrays (B, H, T, d) in the working dtype."""
+    B, H, T, dk = q.shape
+    dv = v.shape[3]
+    dt = q.dtype
+    st = lambda x: round_to(x, storage)          # noqa: E731
+    mm = lambda a, b: _mm(a, b, operand, storage)  # noqa: E731
+    N = max(1, -(-T // C))
+    bounds = [(n * C, min(T, (n + 1) * C)) for n in range(N)]
+
+    def decays(t0, t1):
+        # exponents b_i - b_j as segment sums sum_{j < s <= i} log_alpha_s, correctly rounded to
+        # the working dtype (from a float64 prefix sum): never the difference of two rounded
+        # cumulative sums, whose error u |b| grows with the chunk's total decay
+        c64 = np.cumsum(la[:, :, t0:t1].astype(np.float64), axis=-1)     # b (B, H, L)
+        L = t1 - t0
+        mask = np.tril(np.ones((L, L), dtype=bool))
+        seg = np.where(mask, c64[..., :, None] - c64[..., None, :], 0).astype(dt)
+        D = np.where(mask, np.exp(seg), 0).astype(dt)
+        eb = np.exp(c64.astype(dt))
+        eb_last = eb[..., -1]
+        eb_rest = np.exp((c64[..., -1:] - c64).astype(dt))                # exp(b_last - b_j)
+        return D, eb, eb_rest, eb_last
+
+    o = np.empty((B, H, T, dv), dt)
+    S = h0.copy()
+    states = [S]                                                      # state before each chunk
+    for t0, t1 in bounds:
+        D, eb, eb_rest, eb_last = decays(t0, t1)
+        Q, K, V = q[:, :, t0:t1], k[:, :, t0:t1], v[:, :, t0:t1]
+        A = st(mm(Q, np.swapaxes(K, -1, -2)) * D)
+        o[:, :, t0:t1] = st(scale * st(_fma(eb[..., None], mm(Q, S), mm(A, V))))
+        S = st(_fma(eb_last[..., None, None], S, mm(np.swapaxes(st(K * eb_rest[..., None]), -1, -2), V)))
+        states.append(S)
+    h_T = S
+    if not grads:
+        return o, h_T
+    dq = np.empty_like(q)
+    dk = np.empty_like(k)
+    dvv = np.empty_like(v)
+    dla = np.empty_like(la)
+    dS = np.zeros_like(h_T) if dh_T is None else dh_T.copy()
+    for n in reversed(range(N)):
+        t0, t1 = bounds[n]
+        S, S_next = states[n], states[n + 1]
+        D, eb, eb_rest, eb_last = decays(t0, t1)
+        Q, K, V = q[:, :, t0:t1], k[:, :, t0:t1], v[:, :, t0:t1]
+        dO = st(do[:, :, t0:t1] * scale)
+        A = st(mm(Q, np.swapaxes(K, -1, -2)) * D)
+        QK = st(mm(Q, np.swapaxes(K, -1, -2)))
+        dA = st(mm(dO, np.swapaxes(V, -1, -2)) * D)
+        dq_in = st(eb[..., None] * mm(dO, np.swapaxes(S, -1, -2)))      # from the entering state
+        dk_in = st(eb_rest[..., None] * mm(V, np.swapaxes(dS, -1, -2)))  # from the leaving cotangent
+        dq_c = st(mm(dA, K) + dq_in)
+        dk_c = st(mm(np.swapaxes(dA, -1, -2), Q) + dk_in)
+        dv_c = st(_fma(eb_rest[..., None], mm(K, dS), mm(np.swapaxes(A, -1, -2), dO)))
+        # q_s . dq_s - k_s . dk_s: the in-chunk parts from the same products M_ij = dA_ij (q_i . k_j)
+        # (q_i . dq_i^intra = sum_j M_ij, k_j . dk_j^intra = sum_i M_ij), so that they cancel
+        # term by term instead of as two rounded totals
+        M = st(dA * QK)
+        w = st(np.sum(M, axis=-1) - np.sum(M, axis=-2)
+               + np.sum(Q * dq_in, axis=-1) - np.sum(K * dk_in, axis=-1))
+        tail = st(np.sum(S_next * dS, axis=(-2, -1)))
+        # sum_{t <= s < end} w_s as a product with the 0/1 matrix [s >= t] (what kernels do,
+        # accumulated by BLAS like every other sum here)
+        suffix = np.tril(np.ones((t1 - t0, t1 - t0), dt))
+        dla[:, :, t0:t1] = st(st(w @ suffix) + tail[..., None])
+        dq[:, :, t0:t1], dk[:, :, t0:t1], dvv[:, :, t0:t1] = dq_c, dk_c, dv_c
+        dS = st(_fma(eb_last[..., None, None], dS, mm(np.swapaxes(st(Q * eb[..., None]), -1, -2), dO)))
+    return o, h_T, dq, dk, dvv, dla, dS
+
+
+# ------------------------------------------------------------------------------------ scan
+
+def _scan_impl():
+    """The compiled step-by-step kernel (numba is imported on first use only)."""
+    from numba import njit, prange
+
+    jit = dict(fastmath=False, cache=True)
+
+    @njit(**jit)
+    def rnd(x, mode):  # pragma: no cover - compiled
+        """x rounded in place to the format of ``mode`` (0: none; the caller passes 0 for anything
+        but float32 arrays)."""
+        if mode == 0:
+            return x
+        drop = 13 if mode != 2 else 16
+        bits = x.reshape(-1).view(np.uint32)
+        half = np.uint32((1 << (drop - 1)) - 1)
+        mask = np.uint32((0xFFFFFFFF >> drop) << drop)
+        for i in range(bits.shape[0]):
+            b = bits[i]
+            if (b & np.uint32(0x7F800000)) != np.uint32(0x7F800000):
+                bits[i] = (b + half + ((b >> np.uint32(drop)) & np.uint32(1))) & mask
+        return x
+
+    @njit(**jit)
+    def step(S, a, kt, vt, mode_s):  # pragma: no cover - compiled
+        """S <- alpha S + k^T v (one rounding per element in the working dtype)."""
+        for i in range(S.shape[0]):
+            ki = kt[i]
+            for j in range(S.shape[1]):
+                S[i, j] = a * S[i, j] + ki * vt[j]
+        rnd(S, mode_s)
+
+    @njit(**jit)
+    def dot(x, y, acc):  # pragma: no cover - compiled
+        """sum_a x[a] y[a] in eight interleaved partial sums, combined in a fixed tree (how a
+        vectorised dot product unit accumulates); ``acc`` is scratch of 9 working-dtype slots."""
+        n = x.shape[0]
+        m = n - n % 8
+        acc[:] = 0
+        for a in range(0, m, 8):
+            for lane in range(8):
+                acc[lane] += x[a + lane] * y[a + lane]
+        for a in range(m, n):
+            acc[8] += x[a] * y[a]
+        return (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) + acc[8]
+
+    @njit(**jit)
+    def vecmat(x, M, out, mode_o, mode_s):  # pragma: no cover - compiled
+        """out = x M (x: (m,), M: (m, n)): each entry a dot product over m, operands rounded
+        to ``mode_o``, the result to ``mode_s``."""
+        xr = rnd(x.copy(), mode_o)
+        Mt = rnd(M.T.copy(), mode_o)
+        acc = np.empty(9, M.dtype)
+        for j in range(Mt.shape[0]):
+            out[j] = dot(xr, Mt[j], acc)
+        rnd(out, mode_s)
+
+    @njit(**jit)
+    def matvec(M, y, out, mode_o, mode_s):  # pragma: no cover - compiled
+        """out = M y (M: (m, n), y: (n,)): each entry a dot product over n."""
+        Mr = rnd(M.copy(), mode_o)
+        yr = rnd(y.copy(), mode_o)
+        acc = np.empty(9, M.dtype)
+        for i in range(Mr.shape[0]):
+            out[i] = dot(Mr[i], yr, acc)
+        rnd(out, mode_s)
+
+    @njit(**jit)
+    def frob(A, Bm):  # pragma: no cover - compiled
+        """<A, B>: a dot product per row, then the rows' sums pairwise."""
+        acc = np.empty(9, A.dtype)
+        rows = np.empty(A.shape[0], A.dtype)
+        for i in range(A.shape[0]):
+            rows[i] = dot(A[i], Bm[i], acc)
+        n = rows.shape[0]
+        while n > 1:
+            h = n // 2
+            for i in range(h):
+                rows[i] = rows[2 * i] + rows[2 * i + 1]
+            if n % 2:
+                rows[h] = rows[n - 1]
+                h += 1
+            n = h
+        return rows[0] if rows.shape[0] else acc[0] - acc[0]
+
+    @njit(parallel=True, **jit)
+    def forward(qh, kh, v, la, h0, scale, mode_o, mode_s):  # pragma: no cover - compiled
+        B, H, T, dk = qh.shape
+        dv = v.shape[3]
+        o = np.empty((B, H, T, dv), qh.dtype)
+        hT = np.empty((B, H, dk, dv), qh.dtype)
+        for bh in prange(B * H):
+            b, h = bh // H, bh % H
+            S = h0[b, h].copy()
+            out = np.empty(dv, qh.dtype)
+            for t in range(T):
+                step(S, np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_s)
+                vecmat(qh[b, h, t], S, out, mode_o, mode_s)
+                for j in range(dv):
+                    o[b, h, t, j] = scale * out[j]
+            hT[b, h] = S
+        return o, hT
+
+    @njit(parallel=True, **jit)
+    def vjp(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s):  # pragma: no cover - compiled
+        B, H, T, dk = qh.shape
+        dv = v.shape[3]
+        dt = qh.dtype
+        dq = np.empty((B, H, T, dk), dt)
+        dk_ = np.empty((B, H, T, dk), dt)
+        dvv = np.empty((B, H, T, dv), dt)
+        dla = np.empty((B, H, T), dt)
+        dh0 = np.empty((B, H, dk, dv), dt)
+        C = max(1, int(math.sqrt(max(T, 1))))
+        nck = (T + C - 1) // C
+        for bh in prange(B * H):
+            b, h = bh // H, bh % H
+            # checkpoints: the state before steps 0, C, 2C, ...
+            ck = np.empty((max(nck, 1), dk, dv), dt)
+            S = h0[b, h].copy()
+            for t in range(T):
+                if t % C == 0:
+                    ck[t // C] = S
+                step(S, np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_s)
+            Gc = dh_T[b, h].copy()
+            blk = np.empty((C + 1, dk, dv), dt)
+            Gt = np.empty((dk, dv), dt)
+            tmp_k = np.empty(dk, dt)
+            tmp_v = np.empty(dv, dt)
+            sdo = np.empty(dv, dt)
+            for c in range(nck - 1, -1, -1):
+                t0 = c * C
+                t1 = min(T, t0 + C)
+                blk[0] = ck[c]
+                for t in range(t0, t1):
+                    blk[t - t0 + 1] = blk[t - t0]
+                    step(blk[t - t0 + 1], np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_s)
+                for t in range(t1 - 1, t0 - 1, -1):
+                    a = np.exp(la[b, h, t])
+                    for j in range(dv):
+                        sdo[j] = scale * do[b, h, t, j]
+                    qr = rnd(qh[b, h, t].copy(), mode_o)
+                    dr = rnd(sdo.copy(), mode_o)
+                    for i in range(dk):
+                        for j in range(dv):
+                            Gt[i, j] = Gc[i, j] + qr[i] * dr[j]
+                    rnd(Gt, mode_s)
+                    matvec(blk[t - t0 + 1], sdo, tmp_k, mode_o, mode_s)
+                    dq[b, h, t] = tmp_k
+                    matvec(Gt, v[b, h, t], tmp_k, mode_o, mode_s)
+                    dk_[b, h, t] = tmp_k
+                    vecmat(kh[b, h, t], Gt, tmp_v, mode_o, mode_s)
+                    dvv[b, h, t] = tmp_v
+                    dla[b, h, t] = a * frob(blk[t - t0], Gt)
+                    for i in range(dk):
+                        for j in range(dv):
+                            Gc[i, j] = a * Gt[i, j]
+                    rnd(Gc, mode_s)
+            dh0[b, h] = Gc
+        return dq, dk_, dvv, dla, dh0
+
+    return forward, vjp
+
+
+_SCAN = None
+
+
+def _scan(qh, kh, v, la, h0, do, dh_T, scale, operand, storage, grads):
+    global _SCAN
+    if _SCAN is None:
+        _SCAN = _scan_impl()
+    fwd, vjp = _SCAN
+    mo, ms = _MODE[operand], _MODE[storage]
+    if qh.dtype != np.float32:
+        mo = ms = 0
+    sc = qh.dtype.type(scale)
+    o, h_T = fwd(qh, kh, v, la, h0, sc, mo, ms)
+    if not grads:
+        return o, h_T
+    dhT = np.zeros_like(h0) if dh_T is None else dh_T
+    dq, dk, dv, dla, dh0 = vjp(qh, kh, v, la, h0, do, dhT, sc, mo, ms)
+    return o, h_T, dq, dk, dv, dla, dh0
+
+
+# ------------------------------------------------------------------------------------ public
+
+def run(kernel: str, p, scale: float, *, arith: str = "float32", operand: str | None = None,
+        storage: str | None = None, grads: bool = True, chunk: int = CHUNK) -> dict[str, np.ndarray]:
+    """Run the same-precision reference kernel ``kernel`` ("scan" or "chunked", the latter with
+    chunks of ``chunk`` steps) on canonical problem ``p`` (``_inputs.Problem``; with ``grads`` its
+    ``do`` is required and ``dh_T=None`` means zero). Returns float64 arrays under glaref's output names: o, h_T and, with ``grads``,
+    q, k, v, log_alpha, h0 (dq, dk summed over each group's heads, in head order)."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel: got {kernel!r}, expected one of {KERNELS}")
+    if arith not in ("float32", "float64"):
+        raise ValueError(f"arith: got {arith!r}, expected 'float32' or 'float64'")
+    for name, fmt in (("operand", operand), ("storage", storage)):
+        if fmt is not None and fmt not in ROUNDINGS:
+            raise ValueError(f"{name}: got {fmt!r}, expected None or one of {ROUNDINGS}")
+    dt = np.dtype(arith)
+    B, G, T, dk = p.q.shape
+    H = p.v.shape[1]
+    c = lambda x: None if x is None else np.ascontiguousarray(x, dtype=dt)  # noqa: E731
+    qh = c(np.repeat(p.q, H // G, axis=1))
+    kh = c(np.repeat(p.k, H // G, axis=1))
+    v, la, h0, do, dh_T = c(p.v), c(p.log_alpha), c(p.h0), c(p.do), c(p.dh_T)
+    if grads and do is None:
+        raise ValueError("do: got None, expected the cotangent of o (grads=True)")
+    impl = _scan if kernel == "scan" else functools.partial(_chunked, C=chunk)
+    if qh.size == 0 or v.size == 0:                 # T, B or H of zero: nothing to accumulate
+        z = np.zeros
+        res = (z(v.shape, dt), h0.copy(), z(qh.shape, dt), z(kh.shape, dt), z(v.shape, dt),
+               z(la.shape, dt), np.zeros_like(h0) if dh_T is None else dh_T.copy())
+        res = res if grads else res[:2]
+    else:
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            res = impl(qh, kh, v, la, h0, do, dh_T, scale, operand, storage, grads)
+    out = {"o": res[0], "h_T": res[1]}
+    if grads:
+        dq, dk_, dv, dla, dh0 = res[2:]
+        # group sum in head order, in the working dtype (storage-rounded like any other sum)
+        gsum = lambda x: round_to(x.reshape(B, G, H // G, T, dk).sum(axis=2, dtype=dt), storage)  # noqa: E731
+        out.update(q=gsum(dq), k=gsum(dk_), v=dv, log_alpha=dla, h0=dh0)
+    return {n: np.asarray(x, dtype=np.float64) for n, x in out.items()}
