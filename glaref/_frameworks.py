@@ -89,36 +89,59 @@ def _module_of(obj: Any) -> str:
     return getattr(obj, "__module__", None) or type(obj).__module__ or ""
 
 
+def _modules_reached(kernel: Any, depth: int = 3, budget: int = 300) -> set[str]:
+    """Names of the modules a callable comes from or reaches through its code: its own module,
+    its class's bases, and, recursively (``depth`` levels, ``budget`` objects at most), what the
+    names in its code and closure resolve to (modules, functions, classes)."""
+    found: set[str] = set()
+    seen: set[int] = set()
+    stack = [(kernel, depth)]
+    while stack and len(seen) < budget:
+        obj, d = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if type(obj).__name__ == "module":
+            found.add(obj.__name__)
+            continue
+        classes = obj.__mro__ if isinstance(obj, type) else type(obj).__mro__
+        found.update(c.__module__ or "" for c in classes)
+        found.add(_module_of(obj))
+        if d == 0:
+            continue
+        for attr in ("func", "__wrapped__", "__func__", "forward"):   # partial, wrappers, Modules
+            inner = getattr(obj, attr, None)
+            if inner is not None and callable(inner):
+                stack.append((inner, d))
+        code = getattr(obj, "__code__", None)
+        if code is None:
+            continue
+        codes, names = [code], []
+        while codes:                        # the function's code and the lambdas/defs inside it
+            c = codes.pop()
+            names.extend(c.co_names)
+            codes.extend(x for x in c.co_consts if hasattr(x, "co_names"))
+        g = getattr(obj, "__globals__", {})
+        for nm in names:
+            if nm in g:
+                stack.append((g[nm], d - 1))
+        for cell in getattr(obj, "__closure__", None) or ():
+            try:
+                stack.append((cell.cell_contents, d - 1))
+            except ValueError:              # an empty cell
+                pass
+    return found
+
+
 def detect_framework(kernel: Callable) -> str:
     """The framework a kernel is written in, from the callable alone (nothing is imported).
 
-    In order: a callable from a framework's own modules (``torch.*``, ``jax.*``/``jaxlib.*``, a
-    jitted function, an ``nn.Module``), then the modules the function's code names through its
-    globals (``torch.exp``, ``jnp.cumsum``); anything else is "numpy". Pass ``framework=`` when
-    this guesses wrong (a kernel that reaches torch only through a helper, say).
+    The modules the kernel comes from or reaches through its code, its closure and the functions
+    those name (three levels deep): "torch" if any is torch's (``torch.exp``, an ``nn.Module``, a
+    custom ``autograd.Function``), else "jax" if any is JAX's (``jnp.cumsum``, a jitted function),
+    else "numpy". Pass ``framework=`` when this guesses wrong.
     """
-    fn = kernel
-    while hasattr(fn, "func") and callable(getattr(fn, "func")):    # functools.partial
-        fn = fn.func
-    found = set()
-    for cls in type(fn).__mro__:
-        found.add(cls.__module__ or "")
-    found.add(_module_of(fn))
-    wrapped = getattr(fn, "__wrapped__", None)
-    target = wrapped if wrapped is not None else fn
-    code = getattr(target, "__code__", None)
-    if code is None and hasattr(target, "forward"):                  # nn.Module-like objects
-        code = getattr(getattr(target, "forward"), "__code__", None)
-        target = getattr(target, "forward")
-    if code is not None:
-        g = getattr(target, "__globals__", {})
-        for nm in code.co_names:
-            obj = g.get(nm)
-            if obj is not None and type(obj).__name__ == "module":
-                found.add(obj.__name__)
-            elif obj is not None:
-                found.add(_module_of(obj))
-    roots = {m.split(".")[0] for m in found}
+    roots = {m.split(".")[0] for m in _modules_reached(kernel)}
     if "torch" in roots:
         return "torch"
     if roots & {"jax", "jaxlib"}:

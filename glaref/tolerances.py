@@ -260,3 +260,23 @@ TOLERANCES.update({
         "100 u each.",
     ),
 })
+
+
+# ---- glaref._frameworks: kernels run through torch / NumPy / JAX (tests/test_frameworks.py) ----
+TOLERANCES.update({
+    "frameworks_loop_f64": Tolerance(
+        300 * U64,
+        "A float64 step-by-step kernel run through glaref._frameworks (torch.autograd, NumPy, "
+        "jax.vjp) vs the oracle on the inputs the runner reports, max |a - b| / scale on T <= 16, "
+        "dk, dv <= 8 with standard gates: as trust_jax_scan_f64 (two evaluations within 100 u "
+        "each plus <= 80 u of the oracle's cumulative log-decays). A result under the wrong name, "
+        "layout or group sum is off by O(1).",
+    ),
+    "frameworks_loop_f32": Tolerance(
+        128 * U32,
+        "The same float32 step-by-step kernel vs the oracle on its own float32-rounded inputs, "
+        "max |a - b| / scale: n <= 100 float32 roundings per term on T <= 16, dk, dv <= 8 (the "
+        "trust derivation's count, now in u32), plus the cotangents' and outputs' single "
+        "rounding to float32; the oracle's own error (~1e-14) is negligible: 128 u32.",
+    ),
+})
