@@ -252,3 +252,59 @@ def lookup(table: dict, key: str, what: str):
         return table[key]
     except KeyError:
         raise ValueError(f"{what}: got {key!r}, expected one of {sorted(table)}") from None
+
+
+# ---- glaref.conventions against independent float64 implementations (tests/test_conventions_*.py) ----
+# Both sides are float64 evaluations of the same exact quantity; the error is measured element by
+# element in units of the element's sum of |terms| (its error scale). Shared counts, on the shapes
+# these tests use (they assert them: T <= 16, dk, dv (K, V, dstate, headdim) <= 8, batch * T <= 32,
+# per-step |log_alpha| <= 6): one evaluation of the recurrence or its vjp is within 100 u of the
+# scale (the trust derivation above), and a form built on cumulative log-decays c_t (the Numba
+# oracle, FLA's chunked form, Mamba2's segsum) adds |c_t - c_s| u <= 16 * 6 u ~ 100 u.
+TOLERANCES.update({
+    "convention_fla_vs_naive_f64": Tolerance(
+        300 * U64,
+        "glaref.conventions.fla (the oracle through FLA's names) vs a float64 torch loop of FLA's "
+        "naive recurrent definition with torch.autograd, max |a - b| / scale: two evaluations "
+        "within 100 u each, plus <= 100 u of the oracle's cumulative log-decays (the loop "
+        "multiplies step by step); the renaming and g + g_gamma add <= 1 u. ~300 u.",
+    ),
+    "convention_mamba2_vs_segsum_f64": Tolerance(
+        700 * U64,
+        "glaref.conventions.mamba2 (the oracle, then the chain rule) vs an independent float64 "
+        "quadratic segsum form of ssd_minimal with torch.autograd, max |a - b| / scale. Per side: "
+        "100 u for the recurrence and its vjp, 100 u for cumulative log-decays (both sides form "
+        "exp(c_t - c_s)), 100 u more for the rounding of dt' and A dt' entering those sums "
+        "(relative error u of each log_alpha, times |c| <= 100), and <= 50 u for the chain rule "
+        "(sums over batch * T <= 32 for dA, ddt_bias, dD, over headdim <= 8 for ddt, and a few "
+        "products, softplus, sigmoid and silu, each a few u): 350 u per side, 700 u in all.",
+    ),
+    "convention_mamba2_scales": Tolerance(
+        200 * U64,
+        "|ssd_scales - scale from the independent segsum form run on absolute values| relative to "
+        "the latter, for the results that are sums of products of the inputs with positive "
+        "coefficients (y, final_states, dx, dB, dC, dD, dinitial_states without z or softplus): "
+        "two float64 evaluations of the same sums of positive terms, no cancellation, within "
+        "100 u each.",
+    ),
+})
+
+
+# ---- glaref._frameworks: kernels run through torch / NumPy / JAX (tests/test_frameworks.py) ----
+TOLERANCES.update({
+    "frameworks_loop_f64": Tolerance(
+        300 * U64,
+        "A float64 step-by-step kernel run through glaref._frameworks (torch.autograd, NumPy, "
+        "jax.vjp) vs the oracle on the inputs the runner reports, max |a - b| / scale on T <= 16, "
+        "dk, dv <= 8 with standard gates: as trust_jax_scan_f64 (two evaluations within 100 u "
+        "each plus <= 80 u of the oracle's cumulative log-decays). A result under the wrong name, "
+        "layout or group sum is off by O(1).",
+    ),
+    "frameworks_loop_f32": Tolerance(
+        128 * U32,
+        "The same float32 step-by-step kernel vs the oracle on its own float32-rounded inputs, "
+        "max |a - b| / scale: n <= 100 float32 roundings per term on T <= 16, dk, dv <= 8 (the "
+        "trust derivation's count, now in u32), plus the cotangents' and outputs' single "
+        "rounding to float32; the oracle's own error (~1e-14) is negligible: 128 u32.",
+    ),
+})

@@ -14,8 +14,12 @@ import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
+import glaref.strategies as gst
 from glaref import _reference
+from glaref._inputs import Dims, Problem
 from glaref.tolerances import tol
 
 from conftest import logsigmoid, rand_problem
@@ -89,9 +93,20 @@ SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_random_cases_agree(shape):
-    assert_agree(make_case(*shape))
+def _shape_examples(test):
+    # the hand-picked shapes always run first, as explicit examples, then hypothesis draws more
+    for shape in SHAPES:
+        test = example(p=Problem(*make_case(*shape), Dims(*shape)))(test)
+    return test
+
+
+@settings(max_examples=25)
+@given(p=gst.problems(dims=gst.dims(max_seq=140, max_dk=48, max_dv=40),
+                      with_dh_T=st.booleans()))
+@_shape_examples
+def test_random_cases_agree(p):
+    # every non-slow regime at drawn sizes, G | H, with and without dh_T
+    assert_agree((p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T))
 
 
 @pytest.mark.parametrize("gate", ["strong_decay", "zero", "positive", "near_one", "mixed"])

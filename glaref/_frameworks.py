@@ -1,0 +1,389 @@
+"""Running a kernel written in torch, NumPy or JAX on one problem, and reading back what it gave.
+
+    run = run_kernel(kernel, problem, "float32", layout="bthd", framework="torch")
+    run.inputs     # float64 canonical Problem: exactly the (rounded) numbers the kernel received
+    run.outputs    # {"o": ..., "h_T": ...} float64, canonical "bhtd" (h_T only when returned)
+    run.grads      # {"q", "k", "v", "log_alpha", "h0"} through the framework's autodiff, or None
+    run.dtypes     # the dtype name of every array the kernel returned ("float32", "bfloat16", ...)
+    run.error      # None, or {"stage", "type", "message", "traceback"} when the kernel raised
+
+A kernel is a callable ``(q, k, v, log_alpha, h0) -> o | (o, h_T)`` on arrays of its framework in
+``layout``; when its signature takes ``scale`` it receives it, otherwise it must apply the scale
+itself (as in the audit). The gradients are those of L = sum(o * do) + sum(h_T * dh_T) with the
+problem's cotangents, cast to the dtype of the output they pair with: torch through
+``torch.autograd.grad`` (a custom ``autograd.Function`` is what runs), JAX through ``jax.vjp`` (a
+``custom_vjp`` is what runs), NumPy forward only. A torch kernel whose outputs do not require grad
+is run forward only, and says why (``run.no_grads``).
+
+No verdict here: this module only runs and converts (the judge is glaref's verdict). torch and jax
+are imported only when a kernel of theirs is run; a kernel that raises is reported in ``error``,
+never re-raised, so one broken kernel does not stop a test suite's other checks.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ._errors import DTypeError
+from ._inputs import _KIND, Problem, check_layout, from_canonical, to_canonical, to_float64
+
+FRAMEWORKS = ("torch", "numpy", "jax")
+DTYPES = ("float64", "float32", "bfloat16", "float16")
+INPUTS = ("q", "k", "v", "log_alpha", "h0")
+OUTPUTS = ("o", "h_T")
+
+
+@dataclass
+class KernelRun:
+    """What one call of a kernel gave, as float64 numpy arrays in the canonical "bhtd" layout."""
+
+    framework: str
+    dtype: str
+    layout: str
+    inputs: Problem                                   # what the kernel received, widened exactly
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    grads: dict[str, np.ndarray] | None = None
+    dtypes: dict[str, str] = field(default_factory=dict)
+    final_state: bool | None = None                   # did the kernel return h_T?
+    no_grads: str | None = None                       # why grads is None, when it is
+    error: dict[str, str] | None = None               # the kernel raised (or returned garbage)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+# ---------------------------------------------------------------- names and conversions
+
+def dtype_name(x: Any) -> str:
+    """The dtype of an array of any framework as a plain name: "float32", "bfloat16", ..."""
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        return type(x).__name__
+    name = getattr(dt, "name", None)
+    if isinstance(name, str):
+        return name
+    return str(dt).rsplit(".", 1)[-1]          # torch.float32 -> float32
+
+
+def to_host_float64(x: Any, name: str) -> np.ndarray:
+    """Any real float array (numpy, JAX, torch on any device, CuPy) widened exactly to float64 on
+    the host. torch tensors are detached and copied to the CPU, CuPy arrays fetched; the rest is
+    ``glaref._inputs.to_float64``."""
+    mod = type(x).__module__ or ""
+    if mod.startswith("torch") and hasattr(x, "detach"):
+        t = x.detach()
+        if t.device.type != "cpu":
+            t = t.to("cpu")
+        return to_float64(t, name)
+    if mod.startswith("cupy") and hasattr(x, "get"):
+        return to_float64(x.get(), name)
+    return to_float64(x, name)
+
+
+def _module_of(obj: Any) -> str:
+    return getattr(obj, "__module__", None) or type(obj).__module__ or ""
+
+
+def _modules_reached(kernel: Any, depth: int = 3, budget: int = 300) -> set[str]:
+    """Names of the modules a callable comes from or reaches through its code: its own module,
+    its class's bases, and, recursively (``depth`` levels, ``budget`` objects at most), what the
+    names in its code and closure resolve to (modules, functions, classes)."""
+    found: set[str] = set()
+    seen: set[int] = set()
+    stack = [(kernel, depth)]
+    while stack and len(seen) < budget:
+        obj, d = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if type(obj).__name__ == "module":
+            found.add(obj.__name__)
+            continue
+        classes = obj.__mro__ if isinstance(obj, type) else type(obj).__mro__
+        found.update(c.__module__ or "" for c in classes)
+        found.add(_module_of(obj))
+        if d == 0:
+            continue
+        for attr in ("func", "__wrapped__", "__func__", "forward"):   # partial, wrappers, Modules
+            inner = getattr(obj, attr, None)
+            if inner is not None and callable(inner):
+                stack.append((inner, d))
+        code = getattr(obj, "__code__", None)
+        if code is None:
+            continue
+        codes, names = [code], []
+        while codes:                        # the function's code and the lambdas/defs inside it
+            c = codes.pop()
+            names.extend(c.co_names)
+            codes.extend(x for x in c.co_consts if hasattr(x, "co_names"))
+        g = getattr(obj, "__globals__", {})
+        for nm in names:
+            if nm in g:
+                stack.append((g[nm], d - 1))
+        for cell in getattr(obj, "__closure__", None) or ():
+            try:
+                stack.append((cell.cell_contents, d - 1))
+            except ValueError:              # an empty cell
+                pass
+    return found
+
+
+def detect_framework(kernel: Callable) -> str:
+    """The framework a kernel is written in, from the callable alone (nothing is imported).
+
+    The modules the kernel comes from or reaches through its code, its closure and the functions
+    those name (three levels deep): "torch" if any is torch's (``torch.exp``, an ``nn.Module``, a
+    custom ``autograd.Function``), else "jax" if any is JAX's (``jnp.cumsum``, a jitted function),
+    else "numpy". Pass ``framework=`` when this guesses wrong.
+    """
+    roots = {m.split(".")[0] for m in _modules_reached(kernel)}
+    if "torch" in roots:
+        return "torch"
+    if roots & {"jax", "jaxlib"}:
+        return "jax"
+    return "numpy"
+
+
+def _accepts_scale(fn: Callable) -> bool:
+    from .audit._subjects import _accepts
+    return _accepts(fn, "scale")
+
+
+def _error(stage: str, exc: BaseException) -> dict[str, str]:
+    return {"stage": stage, "type": type(exc).__name__, "message": str(exc).strip()[:2000],
+            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
+
+
+def _problem_error(stage: str, message: str) -> dict[str, str]:
+    return {"stage": stage, "type": "KernelOutputError", "message": message, "traceback": ""}
+
+
+def _shape_in(layout: str, kind: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    if layout == "bhtd" or kind == "state":
+        return shape
+    s = list(shape)
+    s[1], s[2] = s[2], s[1]
+    return tuple(s)
+
+
+def _structure(out: Any, p: Problem, layout: str) -> tuple[list, bool, str | None]:
+    """(returned arrays, returns h_T?, problem) for a kernel's return value."""
+    d = p.dims
+    o_shape = _shape_in(layout, "v", (d.B, d.H, d.T, d.dv))
+    hT_shape = (d.B, d.H, d.dk, d.dv)
+    if isinstance(out, (tuple, list)):
+        if len(out) != 2:
+            return list(out), False, f"kernel returned {len(out)} values, expected o or (o, h_T)"
+        arrays, final = list(out), True
+    else:
+        arrays, final = [out], False
+    for name, x, shape in zip(OUTPUTS, arrays, (o_shape, hT_shape)):
+        got = getattr(x, "shape", None)
+        if got is None or tuple(got) != shape:
+            what = type(x).__name__ if got is None else tuple(got)
+            return arrays, final, f"{name}: got shape {what}, expected {shape} ({layout})"
+    return arrays, final, None
+
+
+def _kernel_arrays(p: Problem, layout: str) -> dict[str, np.ndarray]:
+    """Inputs and cotangents of ``p`` in ``layout`` (float64)."""
+    out = {}
+    for name in INPUTS + ("do", "dh_T"):
+        x = getattr(p, name)
+        out[name] = None if x is None else from_canonical(x, _KIND[name], layout)
+    return out
+
+
+def _canonical_problem(arrays: dict[str, np.ndarray], p: Problem, layout: str) -> Problem:
+    """The float64 canonical problem from the arrays the kernel received (already float64)."""
+    vals = {n: (None if arrays[n] is None else to_canonical(arrays[n], _KIND[n], layout))
+            for n in INPUTS + ("do", "dh_T")}
+    return Problem(**vals, dims=p.dims)
+
+
+def _read(x: Any, name: str, kind: str, layout: str) -> np.ndarray:
+    return to_canonical(to_host_float64(x, name), kind, layout)
+
+
+# ---------------------------------------------------------------- the frameworks
+
+def _run_torch(kernel, p, dtype, layout, scale_kw, want_grads, device, run: KernelRun):
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("framework 'torch': torch is not installed (pip install "
+                          "'glaref[torch]' for the CPU build)") from None
+
+    tdtype = getattr(torch, dtype)
+    arrays = _kernel_arrays(p, layout)
+    inputs = [torch.from_numpy(np.ascontiguousarray(arrays[n])).to(device=device, dtype=tdtype)
+              for n in INPUTS]
+    # what the kernel receives, widened back exactly (the rounding is torch's own)
+    received = {n: t.double().cpu().numpy() for n, t in zip(INPUTS, inputs)}
+    received["do"], received["dh_T"] = arrays["do"], arrays["dh_T"]
+    run.inputs = _canonical_problem(received, p, layout)
+    if want_grads:
+        for t in inputs:
+            t.requires_grad_(True)
+    try:
+        out = kernel(*inputs, **scale_kw)
+    except Exception as exc:
+        run.error = _error("forward", exc)
+        return
+    arrays_out, final, problem = _structure(out, p, layout)
+    run.final_state = final
+    if problem is not None:
+        run.error = _problem_error("forward", problem)
+        return
+    for name, x in zip(OUTPUTS, arrays_out):
+        run.dtypes[name] = dtype_name(x)
+        run.outputs[name] = _read(x, name, _KIND[name], layout)
+    if not want_grads:
+        run.no_grads = "gradients not asked for"
+        return
+    if p.do is None:
+        run.no_grads = "the problem has no cotangent do"
+        return
+    if not any(getattr(x, "requires_grad", False) for x in arrays_out):
+        run.no_grads = "the kernel's outputs do not require grad (not differentiable in torch)"
+        return
+    cts = [torch.from_numpy(np.ascontiguousarray(arrays["do"])).to(device=arrays_out[0].device,
+                                                                    dtype=arrays_out[0].dtype)]
+    if final:
+        dh_T = arrays["dh_T"] if arrays["dh_T"] is not None else np.zeros(arrays_out[1].shape)
+        cts.append(torch.from_numpy(np.ascontiguousarray(dh_T)).to(device=arrays_out[1].device,
+                                                                    dtype=arrays_out[1].dtype))
+    pairs = [(x, c) for x, c in zip(arrays_out, cts) if x.requires_grad]
+    try:
+        grads = torch.autograd.grad([x for x, _ in pairs], inputs, [c for _, c in pairs],
+                                    allow_unused=True)
+    except Exception as exc:
+        run.error = _error("backward", exc)
+        return
+    run.grads = {}
+    for name, t, g in zip(INPUTS, inputs, grads):
+        if g is None:      # the kernel never read this input: its gradient is exactly zero
+            g = torch.zeros_like(t)
+        run.dtypes[f"d{name}"] = dtype_name(g)
+        run.grads[name] = _read(g, f"d{name}", _KIND[name], layout)
+
+
+def _numpy_dtype(dtype: str):
+    if dtype == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise DTypeError("dtype: got 'bfloat16' for a NumPy kernel, which needs the ml_dtypes "
+                             "package (pip install ml_dtypes)") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype)
+
+
+def _run_numpy(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
+    npd = _numpy_dtype(dtype)
+    arrays = _kernel_arrays(p, layout)
+    inputs = [np.ascontiguousarray(arrays[n]).astype(npd) for n in INPUTS]
+    received = {n: x.astype(np.float64) for n, x in zip(INPUTS, inputs)}
+    received["do"], received["dh_T"] = arrays["do"], arrays["dh_T"]
+    run.inputs = _canonical_problem(received, p, layout)
+    run.no_grads = "NumPy has no automatic differentiation: forward only"
+    try:
+        out = kernel(*inputs, **scale_kw)
+    except Exception as exc:
+        run.error = _error("forward", exc)
+        return
+    arrays_out, final, problem = _structure(out, p, layout)
+    run.final_state = final
+    if problem is not None:
+        run.error = _problem_error("forward", problem)
+        return
+    for name, x in zip(OUTPUTS, arrays_out):
+        run.dtypes[name] = dtype_name(x)
+        run.outputs[name] = _read(x, name, _KIND[name], layout)
+
+
+def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
+    import jax
+    import jax.numpy as jnp
+
+    jd = jnp.dtype(dtype)
+    arrays = _kernel_arrays(p, layout)
+    inputs = [jnp.asarray(np.asarray(arrays[n]).astype(jd)) for n in INPUTS]
+    received = {n: np.asarray(x).astype(np.float64) for n, x in zip(INPUTS, inputs)}
+    received["do"], received["dh_T"] = arrays["do"], arrays["dh_T"]
+    run.inputs = _canonical_problem(received, p, layout)
+
+    def fn(*xs):
+        return kernel(*xs, **scale_kw)
+
+    try:
+        if want_grads and p.do is not None:
+            out, pullback = jax.vjp(fn, *inputs)
+        else:
+            out, pullback = fn(*inputs), None
+    except Exception as exc:
+        run.error = _error("forward", exc)
+        return
+    arrays_out, final, problem = _structure(out, p, layout)
+    run.final_state = final
+    if problem is not None:
+        run.error = _problem_error("forward", problem)
+        return
+    for name, x in zip(OUTPUTS, arrays_out):
+        run.dtypes[name] = dtype_name(x)
+        run.outputs[name] = _read(x, name, _KIND[name], layout)
+    if pullback is None:
+        run.no_grads = "gradients not asked for" if not want_grads else "the problem has no cotangent do"
+        return
+    cts = [jnp.asarray(arrays["do"]).astype(arrays_out[0].dtype)]
+    if final:
+        dh_T = arrays["dh_T"] if arrays["dh_T"] is not None else np.zeros(arrays_out[1].shape)
+        cts.append(jnp.asarray(dh_T).astype(arrays_out[1].dtype))
+    try:
+        grads = pullback(tuple(cts) if final else cts[0])
+    except Exception as exc:
+        run.error = _error("backward", exc)
+        return
+    run.grads = {}
+    for name, g in zip(INPUTS, grads):
+        run.dtypes[f"d{name}"] = dtype_name(g)
+        run.grads[name] = _read(g, f"d{name}", _KIND[name], layout)
+
+
+def run_kernel(kernel: Callable, problem: Problem, dtype: str = "float32", *, layout: str = "bhtd",
+               scale: float = 1.0, framework: str | None = None, grads: bool = True,
+               device: str | None = None) -> KernelRun:
+    """Run ``kernel`` on ``problem`` (canonical float64, cotangents included) rounded to ``dtype``
+    and given in ``layout``; return what it gave (:class:`KernelRun`). Never raises for what the
+    kernel does: an exception inside it, or outputs of the wrong structure, land in ``error``.
+
+    framework: "torch", "numpy", "jax", or None to detect it (:func:`detect_framework`).
+    grads: also run the backward pass (torch, JAX) with the problem's do and dh_T.
+    device: torch only, where the inputs are put ("cpu" by default, "cuda" for a GPU kernel).
+    Bad arguments (an unknown framework, dtype or layout) raise ValueError naming them.
+    """
+    check_layout(layout)
+    if dtype not in DTYPES:
+        raise DTypeError(f"dtype: got {dtype!r}, expected one of {DTYPES}")
+    if not callable(kernel):
+        raise TypeError(f"kernel: got {type(kernel).__name__}, expected a callable "
+                        "(q, k, v, log_alpha, h0) -> o | (o, h_T)")
+    fw = detect_framework(kernel) if framework is None else framework
+    if fw not in FRAMEWORKS:
+        raise ValueError(f"framework: got {framework!r}, expected one of {FRAMEWORKS} or None")
+    if device is not None and fw != "torch":
+        raise ValueError(f"device: got {device!r} for a {fw} kernel, expected None (torch only)")
+    scale_kw = {"scale": float(scale)} if _accepts_scale(kernel) else {}
+    run = KernelRun(framework=fw, dtype=dtype, layout=layout, inputs=problem)
+    if fw == "torch":
+        _run_torch(kernel, problem, dtype, layout, scale_kw, grads, device or "cpu", run)
+    elif fw == "jax":
+        _run_jax(kernel, problem, dtype, layout, scale_kw, grads, run)
+    else:
+        _run_numpy(kernel, problem, dtype, layout, scale_kw, grads, run)
+    return run
