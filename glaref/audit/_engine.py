@@ -8,21 +8,22 @@ Then for every mode and kernel one row is measured (``_run_row``) and appended t
 the JSON file (rewritten atomically after every row) and to the caller's callback.
 
 A kernel that raises is recorded as "skipped" with the reason and the audit goes on; a kernel
-with a non-finite output, or an output whose budget_ulps exceeds the bound of a correct kernel
-(``glaref._verdict.judge``), is recorded as failed (``ok`` false, ``failures`` naming each
-failing output with its figure).
+with a non-finite output, or an output that fails either tier of the verdict
+(``glaref._judge.assess_outputs`` -> ``glaref._verdict.assess``: more than ``calibrated_ratio``
+times the error of the same-precision reference kernels on the same inputs, or beyond the proven
+worst-case bound), is recorded as failed (``ok`` false, ``failures`` naming each failing output
+with its tier and figure).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import time
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .. import _baseline, _budget, _metrics, _verdict
+from .. import _budget, _judge, _metrics
 from .._inputs import Dims, Problem, check_layout, from_canonical, to_canonical
 from ._errors import AuditUsageError
 from ._presets import MODES, PRESETS, check_config, parse_config
@@ -96,80 +97,6 @@ def _choices(name: str, values, allowed: Iterable[str]) -> list[str]:
     if not vals:
         raise AuditUsageError(f"{name}: got nothing, expected one of {allowed}")
     return vals
-
-
-# ---------------------------------------------------------------- the oracle's side of a problem
-
-class _Truth:
-    """Oracle results for one problem, computed on first use and timed separately."""
-
-    def __init__(self, problem: Problem, scale: float, impl: str):
-        from .._oracle import _backend
-
-        self.p, self.scale, self.impl = problem, scale, impl
-        self.be = _backend(impl)
-        self._fwd = None
-        self._grads: dict[bool, tuple] = {}
-        self._scales: dict[tuple[bool, bool], dict] = {}
-        self._refs: dict[tuple, dict] = {}
-        self.ms: dict[str, float] = {}
-
-    def forward(self):
-        if self._fwd is None:
-            t0 = time.perf_counter()
-            p = self.p
-            self._fwd = self.be.forward(p.q, p.k, p.v, p.log_alpha, p.h0, self.scale)
-            self.ms["forward"] = (time.perf_counter() - t0) * 1e3
-        return self._fwd
-
-    def grads(self, with_dh_T: bool):
-        if with_dh_T not in self._grads:
-            t0 = time.perf_counter()
-            p = self.p
-            self._grads[with_dh_T] = self.be.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do,
-                                                 p.dh_T if with_dh_T else None, self.scale)
-            self.ms["vjp_dh_T" if with_dh_T else "vjp"] = (time.perf_counter() - t0) * 1e3
-        return self._grads[with_dh_T]
-
-    def scales(self, with_dh_T: bool, with_grads: bool) -> dict[str, np.ndarray]:
-        key = (with_dh_T, with_grads)
-        if key not in self._scales:
-            from .._budget import problem_scales
-            t0 = time.perf_counter()
-            p = self.p._replace(dh_T=self.p.dh_T if with_dh_T else None,
-                                do=self.p.do if with_grads else None)
-            self._scales[key] = problem_scales(p, self.scale, self.impl)
-            self.ms["scales_vjp" if with_grads else "scales"] = (time.perf_counter() - t0) * 1e3
-        return self._scales[key]
-
-    def references(self, with_dh_T: bool, grads: bool, chunk_size: int | None,
-                   arithmetic: dict) -> dict[str, dict[str, np.ndarray]]:
-        """The same-precision reference kernels' outputs on this problem ({kernel: {output:
-        value}}, ``glaref._baseline``), those the verdict needs for ``chunk_size``; timed apart
-        like the oracle and cached."""
-        from .. import _baseline
-
-        chunk = chunk_size if chunk_size not in (None, 1) else _baseline.CHUNK
-        wanted = [k for k in _baseline.KERNELS if not (chunk_size == 1 and k == "chunked")
-                  and not (chunk_size not in (None, 1) and k == "scan")]
-        out = {}
-        for kern in wanted:
-            key = (kern, with_dh_T, grads, chunk if kern == "chunked" else None,
-                   tuple(sorted(arithmetic.items(), key=lambda kv: kv[0])))
-            if key not in self._refs:
-                t0 = time.perf_counter()
-                p = self.p._replace(dh_T=self.p.dh_T if with_dh_T else None)
-                self._refs[key] = _baseline.run(kern, p, self.scale, grads=grads, chunk=chunk,
-                                                **arithmetic)
-                name = f"reference_{kern}" + ("_vjp" if grads else "")
-                self.ms[name] = self.ms.get(name, 0.0) + (time.perf_counter() - t0) * 1e3
-            out[kern] = self._refs[key]
-        return out
-
-    def reference(self, name: str, with_dh_T: bool) -> np.ndarray:
-        if name in _metrics.OUTPUTS:
-            return self.forward()[_metrics.OUTPUTS.index(name)]
-        return self.grads(with_dh_T)[_metrics.GRADS.index(name)]
 
 
 def _round_problem(p: Problem, np_dtype) -> Problem:
@@ -306,7 +233,7 @@ class _Run:
                 "accumulate_dtype": _accumulate(subject, self.cdtype)}
 
     def row(self, subject: Subject, mode: str, cname: str, dims: Dims, regime: str,
-            truth: _Truth, arr: dict[str, Any]) -> dict[str, Any]:
+            truth: _judge.Truth, arr: dict[str, Any]) -> dict[str, Any]:
         jax = self.jax
         rec = self.base(subject, mode, cname, dims, regime)
         inputs = (arr["q"], arr["k"], arr["v"], arr["log_alpha"], arr["h0"])
@@ -361,31 +288,23 @@ class _Run:
             if final:
                 raw["h_T"] = out[1]
             raw.update(zip(_metrics.GRADS, grads))
-        scales = truth.scales(bool(final), mode == "fwd_bwd")
         acc = _accumulate(subject, self.cdtype)
-        refs = truth.references(bool(final), mode == "fwd_bwd", subject.chunk_size,
-                                _verdict.reference_arithmetic(self.cdtype, acc))
-        per: dict[str, _verdict.Assessment] = {}
-        direct: dict[str, Any] = {}
-        for name, x in raw.items():
-            x_np = np.asarray(x)
-            x64 = to_canonical(_to64(x_np), _KINDS[name], self.layout)
-            ref = truth.reference(name, bool(final))
-            # dlog_alpha is held to the scale of the reverse-cumsum identity (glaref/_verdict.py,
-            # decision 3); the direct form's figure is kept beside it
-            sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
-            # the references' values rounded to the dtype the kernel returned this output in
-            ref_out = {k: _baseline.round_to(v[name], _dtype_name(x_np.dtype)) for k, v in refs.items()}
-            a = _verdict.assess(name, x64, ref, scale=sc, compute_dtype=self.cdtype, dims=dims,
-                                log_alpha=truth.p.log_alpha, reference_outputs=ref_out,
-                                chunk_size=subject.chunk_size, accumulate_dtype=acc)
+        arrays = {n: np.asarray(x) for n, x in raw.items()}
+        per = _judge.assess_outputs(
+            truth, {n: to_canonical(_to64(x), _KINDS[n], self.layout) for n, x in arrays.items()},
+            {n: _dtype_name(x.dtype) for n, x in arrays.items()}, final=bool(final),
+            grads=mode == "fwd_bwd", compute_dtype=self.cdtype, accumulate_dtype=acc,
+            chunk_size=subject.chunk_size)
+        for name, a in per.items():
             if a.nonfinite:      # report the first bad index in the caller's layout
-                a.first_nonfinite = _metrics.nonfinite(x_np.astype(np.float64))[1]
+                a.first_nonfinite = _metrics.nonfinite(arrays[name].astype(np.float64))[1]
                 a.reason = f"{name}: {a.nonfinite} non-finite value(s), first at {tuple(a.first_nonfinite)}"
-            if name == "log_alpha":
-                direct["log_alpha"] = _budget.budget_ulps(name, x64, ref, scales["log_alpha"],
-                                                          self.cdtype, dims)[0]
-            per[name] = a
+        direct: dict[str, Any] = {}
+        if "log_alpha" in per:   # the direct form's budget_ulps beside the identity's
+            direct["log_alpha"] = _budget.budget_ulps(
+                "log_alpha", to_canonical(_to64(arrays["log_alpha"]), "gate", self.layout),
+                truth.reference("log_alpha", bool(final)),
+                truth.scales(bool(final), True)["log_alpha"], self.cdtype, dims)[0]
         failures = [a.reason for a in per.values() if not a.ok]
 
         outs_names = [n for n in _metrics.OUTPUTS if n in per]
@@ -476,11 +395,13 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     rewritten after every row. Records carry the seed report's fields plus the additions listed
     in ``glaref.audit.RECORD_ADDITIONS``.
 
-    Verdict per output (``glaref._verdict.judge``): no non-finite value and budget_ulps <= the
-    bound of a correct kernel, budget_ulps measured against the oracle on the dtype-rounded inputs
-    in units of the compute dtype's u ("tf32" for float32 matmuls at default precision on an
-    NVIDIA GPU). What the bound assumes of a user kernel: ``chunk_size`` (its chunk length, 1 for
-    a step-by-step scan; None: unknown, the larger bound of the two extremes) and
+    Verdict per output (``glaref._verdict.assess``, two tiers): no non-finite value; a normwise
+    error within ``calibrated_ratio`` times that of glaref's same-precision reference kernels on
+    the same inputs (calibrated); budget_ulps within the bound of any correct kernel (proven),
+    all measured against the oracle on the dtype-rounded inputs, in the compute dtype ("tf32"
+    for float32 matmuls at default precision on an NVIDIA GPU). What the verdict assumes of a
+    user kernel: ``chunk_size`` (its chunk length, 1 for a step-by-step scan: the reference and
+    the bound follow it; None: unknown, see ``glaref._verdict.baseline_error``) and
     ``accumulate_dtype`` (the dtype a 16-bit kernel accumulates and carries its states in;
     None: float32, what production kernels do; pass the input dtype itself, e.g. "bfloat16",
     for a kernel that rounds everything to it, whose bound is then usually infinite, so only
@@ -560,7 +481,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
         records: list[dict[str, Any]] = []
         for regime, cname, dims in plan:
             problem = _round_problem(_regimes.make_inputs(regime, dims, seed), run.np_dtype)
-            truth = _Truth(problem, scale, oracle)
+            truth = _judge.Truth(problem, scale, oracle)
             truth.forward()
             arr = run.device_arrays(problem)
             for mode in mode_list:

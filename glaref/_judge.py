@@ -1,0 +1,119 @@
+"""Judging a kernel's outputs on one problem: the oracle's side, and the one judging loop.
+
+Every face of glaref that judges (the audit engine, ``glaref.testing``, the tools) goes through
+here: :class:`Truth` holds, for one problem (canonical, already rounded to the dtype the kernel
+received), the oracle's outputs and gradients, the error scales and the same-precision reference
+kernels' outputs, each computed once on first use and timed apart (never counted as the
+kernel's); :func:`assess_outputs` turns a kernel's outputs into one ``_verdict.Assessment`` per
+output.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from . import _baseline, _verdict
+from ._inputs import Problem
+
+FORWARD = ("o", "h_T")
+GRADS = ("q", "k", "v", "log_alpha", "h0")
+NAMES = FORWARD + GRADS
+
+
+class Truth:
+    """Oracle results for one problem, computed on first use and timed separately."""
+
+    def __init__(self, problem: Problem, scale: float, impl: str):
+        from ._oracle import _backend
+
+        self.p, self.scale, self.impl = problem, scale, impl
+        self.be = _backend(impl)
+        self._fwd = None
+        self._grads: dict[bool, tuple] = {}
+        self._scales: dict[tuple[bool, bool], dict] = {}
+        self._refs: dict[tuple, dict] = {}
+        self.ms: dict[str, float] = {}
+
+    def forward(self):
+        if self._fwd is None:
+            t0 = time.perf_counter()
+            p = self.p
+            self._fwd = self.be.forward(p.q, p.k, p.v, p.log_alpha, p.h0, self.scale)
+            self.ms["forward"] = (time.perf_counter() - t0) * 1e3
+        return self._fwd
+
+    def grads(self, with_dh_T: bool):
+        if with_dh_T not in self._grads:
+            t0 = time.perf_counter()
+            p = self.p
+            self._grads[with_dh_T] = self.be.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do,
+                                                 p.dh_T if with_dh_T else None, self.scale)
+            self.ms["vjp_dh_T" if with_dh_T else "vjp"] = (time.perf_counter() - t0) * 1e3
+        return self._grads[with_dh_T]
+
+    def scales(self, with_dh_T: bool, with_grads: bool) -> dict[str, np.ndarray]:
+        key = (with_dh_T, with_grads)
+        if key not in self._scales:
+            from ._budget import problem_scales
+            t0 = time.perf_counter()
+            p = self.p._replace(dh_T=self.p.dh_T if with_dh_T else None,
+                                do=self.p.do if with_grads else None)
+            self._scales[key] = problem_scales(p, self.scale, self.impl)
+            self.ms["scales_vjp" if with_grads else "scales"] = (time.perf_counter() - t0) * 1e3
+        return self._scales[key]
+
+    def references(self, with_dh_T: bool, grads: bool, chunk_size: int | None,
+                   arithmetic: dict) -> dict[str, dict[str, np.ndarray]]:
+        """The same-precision reference kernels' outputs on this problem ({kernel: {output:
+        value}}, ``glaref._baseline``), those the verdict needs for ``chunk_size``; timed apart
+        like the oracle and cached."""
+        from . import _baseline
+
+        chunk = chunk_size if chunk_size not in (None, 1) else _baseline.CHUNK
+        wanted = [k for k in _baseline.KERNELS if not (chunk_size == 1 and k == "chunked")
+                  and not (chunk_size not in (None, 1) and k == "scan")]
+        out = {}
+        for kern in wanted:
+            key = (kern, with_dh_T, grads, chunk if kern == "chunked" else None,
+                   tuple(sorted(arithmetic.items(), key=lambda kv: kv[0])))
+            if key not in self._refs:
+                t0 = time.perf_counter()
+                p = self.p._replace(dh_T=self.p.dh_T if with_dh_T else None)
+                self._refs[key] = _baseline.run(kern, p, self.scale, grads=grads, chunk=chunk,
+                                                **arithmetic)
+                name = f"reference_{kern}" + ("_vjp" if grads else "")
+                self.ms[name] = self.ms.get(name, 0.0) + (time.perf_counter() - t0) * 1e3
+            out[kern] = self._refs[key]
+        return out
+
+    def reference(self, name: str, with_dh_T: bool) -> np.ndarray:
+        if name in FORWARD:
+            return self.forward()[FORWARD.index(name)]
+        return self.grads(with_dh_T)[GRADS.index(name)]
+
+
+def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[str, str], *,
+                   final: bool, grads: bool, compute_dtype: str,
+                   accumulate_dtype: str | None = None,
+                   chunk_size: int | None = None) -> dict[str, _verdict.Assessment]:
+    """One Assessment per output the kernel gave (canonical "bhtd" values, any float dtype;
+    ``dtypes`` the dtype name each was *returned* in, which the reference kernels' values are
+    rounded to). ``final``: the kernel returned h_T (so dh_T was its cotangent); ``grads``: the
+    gradients are among ``outputs``. Outputs missing from ``outputs`` are not judged."""
+    scales = truth.scales(final, grads)
+    refs = truth.references(final, grads, chunk_size,
+                            _verdict.reference_arithmetic(compute_dtype, accumulate_dtype))
+    out: dict[str, _verdict.Assessment] = {}
+    for name in NAMES:
+        if name not in outputs or outputs[name] is None:
+            continue
+        # dlog_alpha is held to the scale of the reverse-cumsum identity (_verdict, decision 3)
+        sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
+        ref_out = {k: _baseline.round_to(v[name], dtypes.get(name)) for k, v in refs.items()}
+        out[name] = _verdict.assess(name, outputs[name], truth.reference(name, final), scale=sc,
+                                    compute_dtype=compute_dtype, dims=truth.p.dims,
+                                    log_alpha=truth.p.log_alpha, reference_outputs=ref_out,
+                                    chunk_size=chunk_size, accumulate_dtype=accumulate_dtype)
+    return out
