@@ -94,6 +94,24 @@ class Truth:
         return self.grads(with_dh_T)[GRADS.index(name)]
 
 
+def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, final: bool,
+                  grads: bool, compute_dtype: str, accumulate_dtype: str | None = None,
+                  chunk_size: int | None = None) -> _verdict.Assessment:
+    """The Assessment of one output ``name`` of a kernel: ``x`` its canonical "bhtd" value (any
+    float dtype), ``dtype`` the dtype name it was *returned* in (the reference kernels' values are
+    rounded to it); other arguments as for :func:`assess_outputs`."""
+    scales = truth.scales(final, grads)
+    refs = truth.references(final, grads, chunk_size,
+                            _verdict.reference_arithmetic(compute_dtype, accumulate_dtype))
+    # dlog_alpha is held to the scale of the reverse-cumsum identity (_verdict, decision 3)
+    sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
+    ref_out = {k: _baseline.round_to(v[name], dtype) for k, v in refs.items()}
+    return _verdict.assess(name, x, truth.reference(name, final), scale=sc,
+                           compute_dtype=compute_dtype, dims=truth.p.dims,
+                           log_alpha=truth.p.log_alpha, reference_outputs=ref_out,
+                           chunk_size=chunk_size, accumulate_dtype=accumulate_dtype)
+
+
 def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[str, str], *,
                    final: bool, grads: bool, compute_dtype: str,
                    accumulate_dtype: str | None = None,
@@ -101,19 +119,8 @@ def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[st
     """One Assessment per output the kernel gave (canonical "bhtd" values, any float dtype;
     ``dtypes`` the dtype name each was *returned* in, which the reference kernels' values are
     rounded to). ``final``: the kernel returned h_T (so dh_T was its cotangent); ``grads``: the
-    gradients are among ``outputs``. Outputs missing from ``outputs`` are not judged."""
-    scales = truth.scales(final, grads)
-    refs = truth.references(final, grads, chunk_size,
-                            _verdict.reference_arithmetic(compute_dtype, accumulate_dtype))
-    out: dict[str, _verdict.Assessment] = {}
-    for name in NAMES:
-        if name not in outputs or outputs[name] is None:
-            continue
-        # dlog_alpha is held to the scale of the reverse-cumsum identity (_verdict, decision 3)
-        sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
-        ref_out = {k: _baseline.round_to(v[name], dtypes.get(name)) for k, v in refs.items()}
-        out[name] = _verdict.assess(name, outputs[name], truth.reference(name, final), scale=sc,
-                                    compute_dtype=compute_dtype, dims=truth.p.dims,
-                                    log_alpha=truth.p.log_alpha, reference_outputs=ref_out,
-                                    chunk_size=chunk_size, accumulate_dtype=accumulate_dtype)
-    return out
+    gradients are among ``outputs``. Outputs missing from ``outputs`` (or None) are not judged."""
+    return {name: assess_output(truth, name, outputs[name], dtypes.get(name), final=final,
+                                grads=grads, compute_dtype=compute_dtype,
+                                accumulate_dtype=accumulate_dtype, chunk_size=chunk_size)
+            for name in NAMES if outputs.get(name) is not None}

@@ -1,0 +1,98 @@
+"""How sharp the verdict is: the smallest error it flags, as a multiple of a correct kernel's own.
+
+For a correct kernel's output x (o, h_T or a gradient) on one problem, an error of relative size
+eps is injected, in two kinds:
+
+    systematic   x (1 + eps)                       (a wrong constant, a missing factor)
+    random       x + eps |x| N(0, 1), fixed seed   (elementwise noise: a precision bug)
+
+and the smallest eps the verdict flags on that output (``_judge.assess_output``, the audit's own
+rule) is found by bisection. Its ratio to the output's *natural* error, the kernel's own normwise
+relative error ||x - ref|| / ||ref||, is the sensitivity: 1 would flag anything beyond what the
+kernel already does; the calibrated tier aims at a few times ``calibrated_ratio``.
+``tools/sensitivity.py`` writes the report (docs/reports/sensitivity_cpu.*); the tests assert
+the targets at small sizes. Running kernels needs jax; judging does not.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _judge
+from ._metrics import rel_err
+
+KINDS = ("systematic", "random")
+
+
+def inject(x: np.ndarray, eps: float, kind: str, seed: int = 0) -> np.ndarray:
+    """x with an error of relative size eps of the given ``kind`` (float64)."""
+    x = np.asarray(x, dtype=np.float64)
+    if kind == "systematic":
+        return x * (1.0 + eps)
+    if kind == "random":
+        noise = np.random.default_rng(seed).standard_normal(x.shape)
+        return x + eps * np.abs(x) * noise
+    raise ValueError(f"kind: got {kind!r}, expected one of {KINDS}")
+
+
+def threshold(truth: _judge.Truth, name: str, x: np.ndarray, dtype: str, kind: str, *,
+              final: bool, grads: bool, compute_dtype: str, accumulate_dtype: str | None = None,
+              chunk_size: int | None = None, rel_precision: float = 0.02) -> dict:
+    """{"natural": the output's own rel_err, "eps": the smallest injected eps the verdict flags
+    (to ``rel_precision``), "ratio": eps / natural, "clean": the uninjected output passes}.
+    eps is inf when nothing up to 1e3 is flagged (the output is zero, say)."""
+    judge = dict(final=final, grads=grads, compute_dtype=compute_dtype,
+                 accumulate_dtype=accumulate_dtype, chunk_size=chunk_size)
+    ref = truth.reference(name, final)
+    natural = rel_err(np.asarray(x, dtype=np.float64), ref)
+
+    def flagged(eps: float) -> bool:
+        return not _judge.assess_output(truth, name, inject(x, eps, kind), dtype, **judge).ok
+
+    clean = not flagged(0.0)
+    hi = max(natural, 1e-12)
+    while not flagged(hi):
+        hi *= 4.0
+        if hi > 1e3:
+            return {"natural": natural, "eps": math.inf, "ratio": math.inf, "clean": clean}
+    lo = hi / 4.0 if hi > max(natural, 1e-12) else 0.0
+    while lo > 0 and flagged(lo):              # flagged already at the start: step down
+        hi, lo = lo, lo / 4.0
+        if lo < 1e-30:
+            lo = 0.0
+    while hi - lo > rel_precision * hi:
+        mid = math.sqrt(lo * hi) if lo > 0 else hi / 2.0
+        if flagged(mid):
+            hi = mid
+        else:
+            lo = mid
+    return {"natural": natural, "eps": hi, "ratio": hi / natural if natural > 0 else math.inf,
+            "clean": clean}
+
+
+def jax_outputs(fn, truth: _judge.Truth, dtype: str, precision: str = "default"):
+    """Run a JAX kernel ``fn(q, k, v, log_alpha, h0) -> (o, h_T)`` ("bhtd") once, forward and
+    backward through jax.vjp, on the problem of ``truth`` in ``dtype``: ({name: canonical float64
+    value}, {name: returned dtype name}). The same program the audit engine times."""
+    import contextlib
+
+    import jax
+    import jax.numpy as jnp
+
+    from .audit._engine import _fwd_bwd
+
+    p = truth.p
+    np_dt = jnp.dtype(dtype)
+    args = [jnp.asarray(np.asarray(getattr(p, n)).astype(np_dt))
+            for n in ("q", "k", "v", "log_alpha", "h0")]
+    ctx = contextlib.nullcontext() if precision == "default" else jax.default_matmul_precision(precision)
+    with ctx:
+        o_s, h_s = jax.eval_shape(fn, *args)
+        # cotangents in the dtype of the output they pair with, as the engine does
+        cts = [jnp.asarray(np.asarray(p.do).astype(o_s.dtype)), jnp.asarray(np.asarray(p.dh_T).astype(h_s.dtype))]
+        (o, h_T), g = jax.jit(_fwd_bwd(fn, True))(*args, *cts)
+    arrays = dict(zip(_judge.NAMES, (o, h_T) + tuple(g)))
+    return ({n: np.asarray(v).astype(np.float64) for n, v in arrays.items()},
+            {n: np.dtype(v.dtype).name for n, v in arrays.items()})

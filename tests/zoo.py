@@ -1,0 +1,120 @@
+"""The zoo of correct kernels: JAX implementations of the recurrence that differ only in how they
+round. The calibrated verdict must pass every one of them (no false alarm), judged as a user's
+kernel is by default: structure unknown (``chunk_size=None``).
+
+Each is a callable ``(q, k, v, log_alpha, h0) -> (o, h_T)`` on canonical "bhtd" arrays,
+differentiable with ``jax.vjp``:
+
+    chunked16 .. chunked256   glaref.kernels.chunked at C = 16, 32, 64, 128, 256 (segment-sum
+                              decays, custom backward, dlog_alpha by the chunk-local identity)
+    scan                      glaref.kernels.scan (step by step, JAX autodiff: direct form)
+    scan_checkpointed         the same with checkpoint_every=16 (rematerialised blocks)
+    quadratic                 the attention form: the full decay-masked T x T matrix, its decays
+                              exp of segment sums built as Mamba2's minimal SSD reference builds
+                              them (a masked cumulative sum), JAX autodiff
+    chunked_direct            a chunked forward (C = 32) differentiated by JAX autodiff: the
+                              chunk form with dlog_alpha in the direct form
+    chunked_identity          flash-linear-attention's form: decays exp(b_i - b_j) of in-chunk
+                              cumulative sums (C = 16), a hand-written backward, dlog_alpha by the
+                              chunk-local identity (tests/mutants.py's correct ``base``)
+
+They are written here or taken from glaref.kernels and tests/mutants.py, never from the
+reference kernels the verdict compares with (glaref/_baseline.py), so no zoo member is its own
+baseline.
+"""
+
+from __future__ import annotations
+
+import functools
+
+ZOO_CHUNKS = (16, 32, 64, 128, 256)
+
+
+def _builtin(name: str, **kw):
+    from glaref import kernels
+
+    return functools.partial(getattr(kernels, name), return_final_state=True, **kw)
+
+
+def quadratic(q, k, v, log_alpha, h0):
+    """o_t = sum_{s <= t} exp(seg(s, t)) (q_t . k_s) v_s + exp(seg(0, t)) q_t h0 with
+    seg(s, t) = sum_{s < r <= t} log_alpha_r built by a masked cumulative sum (ssd_minimal's
+    ``segsum``): every exponent a sum over its own segment, never a difference of prefix sums."""
+    import jax.numpy as jnp
+
+    H, T = v.shape[1], v.shape[2]
+    qh = jnp.repeat(q, H // q.shape[1], axis=1)
+    kh = jnp.repeat(k, H // k.shape[1], axis=1)
+    # x[..., t, s] = log_alpha_t for s < t: a cumsum over t gives seg(s, t) (and 0 at t = s)
+    la = jnp.concatenate([jnp.zeros_like(log_alpha[..., :1]), log_alpha], axis=-1)   # (B, H, T+1)
+    x = jnp.broadcast_to(la[..., :, None], la.shape + (T + 1,))
+    below = jnp.tril(jnp.ones((T + 1, T + 1), bool), -1)
+    seg = jnp.cumsum(jnp.where(below, x, 0.0), axis=-2)      # seg[t, s], valid for s <= t
+    keep = jnp.tril(jnp.ones((T + 1, T + 1), bool))
+    L = jnp.where(keep, jnp.exp(jnp.where(keep, seg, 0.0)), 0.0)   # decays, index 0 = before step 1
+    hp = "highest"
+    A = jnp.einsum("bhtk,bhsk->bhts", qh, kh, precision=hp) * L[..., 1:, 1:]
+    o = (jnp.einsum("bhts,bhsv->bhtv", A, v, precision=hp)
+         + L[..., 1:, 0, None] * jnp.einsum("bhtk,bhkv->bhtv", qh, h0, precision=hp))
+    h_T = (L[..., -1, 0, None, None] * h0
+           + jnp.einsum("bhs,bhsk,bhsv->bhkv", L[..., -1, 1:], kh, v, precision=hp))
+    return o, h_T
+
+
+def chunked_direct(q, k, v, log_alpha, h0, C: int = 32):
+    """A chunked forward (segment-sum decays inside each chunk, the state handed from chunk to
+    chunk) left to JAX autodiff: dlog_alpha comes out in the direct form."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    B, G, T, dk = q.shape
+    H, dv = v.shape[1], v.shape[3]
+    N = max(1, -(-T // C))
+    pad = N * C - T
+    qh = jnp.repeat(q, H // G, axis=1)
+    kh = jnp.repeat(k, H // G, axis=1)
+
+    def chunks(x):
+        x = jnp.pad(x, [(0, 0), (0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 3))
+        return jnp.moveaxis(x.reshape(x.shape[:2] + (N, C) + x.shape[3:]), 2, 0)
+
+    Q, K, V, LA = chunks(qh), chunks(kh), chunks(v), chunks(log_alpha)
+    i = jnp.arange(C)
+    seg_m = ((i[None, None, :] < i[:, None, None]) & (i[:, None, None] <= i[None, :, None]))
+    keep = i[:, None] >= i[None, :]
+    hp = "highest"
+
+    def step(S, xs):
+        Qc, Kc, Vc, la = xs
+        seg = jnp.einsum("bhs,sij->bhij", la, seg_m.astype(la.dtype), precision=hp)  # b_i - b_j
+        D = jnp.where(keep, jnp.exp(jnp.where(keep, seg, 0.0)), 0.0)
+        b = jnp.cumsum(la, axis=-1)
+        rest = jnp.einsum("bhs,sj->bhj", la, (i[:, None] > i[None, :]).astype(la.dtype), precision=hp)
+        o = (jnp.einsum("bhij,bhjv->bhiv", jnp.einsum("bhik,bhjk->bhij", Qc, Kc, precision=hp) * D,
+                        Vc, precision=hp)
+             + jnp.exp(b)[..., None] * jnp.einsum("bhik,bhkv->bhiv", Qc, S, precision=hp))
+        S = (jnp.exp(b[..., -1])[..., None, None] * S
+             + jnp.einsum("bhjk,bhjv->bhkv", jnp.exp(rest)[..., None] * Kc, Vc, precision=hp))
+        return S, o
+
+    h_T, O = lax.scan(step, h0, (Q, K, V, LA))
+    o = jnp.moveaxis(O, 0, 2).reshape(B, H, N * C, dv)[:, :, :T]
+    return o, h_T
+
+
+def chunked_identity(q, k, v, log_alpha, h0):
+    """flash-linear-attention's form (tests/mutants.py ``base``, C = 16)."""
+    import mutants
+
+    return mutants.base(q, k, v, log_alpha, h0)
+
+
+def zoo() -> dict:
+    """{name: kernel}: every correct kernel of the zoo (jax imported on first use)."""
+    out = {f"chunked{C}": _builtin("chunked", chunk_size=C) for C in ZOO_CHUNKS}
+    out["scan"] = _builtin("scan")
+    out["scan_checkpointed"] = _builtin("scan", checkpoint_every=16)
+    out["quadratic"] = quadratic
+    out["chunked_direct"] = chunked_direct
+    out["chunked_identity"] = chunked_identity
+    return out

@@ -1,0 +1,206 @@
+"""Sensitivity of the verdict and false alarms over the zoo of correct kernels, in one report.
+
+    python tools/sensitivity.py --json docs/reports/sensitivity_cpu.json --txt docs/reports/sensitivity_cpu.txt
+    python tools/sensitivity.py --quick          # small sizes, a minute or two
+
+Part 1 (sensitivity, glaref._sensitivity): for each correct subject kernel, input dtype, regime,
+config and T, and each output (o, h_T and the five gradients), the smallest injected error the
+verdict flags (systematic x (1 + eps) and random x + eps |x| N(0, 1)) as a ratio to that output's
+natural error. Subjects: glaref.kernels.chunked and .scan as a user's callables (structure
+unknown: the CLI's defaults) and by name (their chunk length known). Target: <= 30 for the
+chunked kernel with the CLI's defaults.
+
+Part 2 (false alarms): every kernel of tests/zoo.py, judged with the CLI's defaults, on the same
+problems: its worst reference ratio against the allowed one (glaref.tolerances "calibrated_ratio").
+
+Everything is judged by glaref._judge (the audit's own rule); batch is cut to 1 on the seed
+configs (normwise errors over B*H*T*d elements; B only repeats the statistics) so that the
+float32 reference scan fits the time. Exit 0 when every target holds and the zoo is clean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+TARGET = 30.0
+SEED_TARGETS = [("g2h8_d128", 512), ("g2h8_d128", 2048), ("g1h24_dk128_dv64", 512),
+                ("g1h24_dk128_dv64", 2048), ("g1h1_d128", 512), ("g1h1_d128", 2048),
+                ("g2h4_dk48_dv40", 512), ("g2h4_dk48_dv40", 2048), ("g1h1_d128", 8192)]
+QUICK_TARGETS = [("b1g2h4_d16", 130), ("b1g2h4_d16", 300)]
+QUICK_CONFIGS = {"b1g2h4_d16": (1, 2, 4, 16, 16)}
+REGIMES = ("standard", "strong_decay", "near_one", "positive", "large_values", "h0_dominant")
+# the quadratic kernel materialises (B, H, T+1, T+1) decay matrices and their gradients
+QUADRATIC_MAX_T = 2048
+
+
+def subjects() -> dict:
+    """{label: (kernel, chunk_size the verdict is told)}."""
+    import zoo
+    z = zoo.zoo()
+    return {"chunked (user, unknown)": (z["chunked64"], None),
+            "chunked (built-in, C=64)": (z["chunked64"], 64),
+            "scan (user, unknown)": (z["scan"], None),
+            "scan (built-in, C=1)": (z["scan"], 1)}
+
+
+def problem(regime: str, cfg, T: int, seed: int, dtype: str):
+    import jax.numpy as jnp
+    import numpy as np
+
+    from glaref import regimes
+    from glaref._inputs import Dims
+
+    B, G, H, dk, dv = cfg
+    p = regimes.make_inputs(regime, Dims(B, G, H, T, dk, dv), seed)
+    dt = jnp.dtype(dtype)
+    r = lambda x: np.asarray(x).astype(dt).astype(np.float64)   # noqa: E731
+    return p._replace(q=r(p.q), k=r(p.k), v=r(p.v), log_alpha=r(p.log_alpha), h0=r(p.h0),
+                      do=r(p.do), dh_T=r(p.dh_T))
+
+
+def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress) -> dict:
+    from glaref import _judge, _sensitivity
+    import zoo
+
+    subs = subjects()
+    z = zoo.zoo()
+    sens, alarms = [], []
+    for dtype in dtypes:
+        acc = None if dtype == "float32" else "float32"
+        for regime in regimes_:
+            for cname, T in targets:
+                cfg = configs[cname]
+                for seed in sorted(set(seeds) | set(zoo_seeds)):
+                    t0 = time.perf_counter()
+                    p = problem(regime, cfg, T, seed, dtype)
+                    truth = _judge.Truth(p, 1.0, "numba")
+                    judge = dict(final=True, grads=True, compute_dtype=dtype, accumulate_dtype=acc)
+                    runs = {}
+                    if seed in seeds:
+                        for label, (fn, chunk) in subs.items():
+                            key = fn.func.__name__ + str(fn.keywords)
+                            if key not in runs:
+                                runs[key] = _sensitivity.jax_outputs(fn, truth, dtype)
+                            outs, dts = runs[key]
+                            for name in _judge.NAMES:
+                                for kind in _sensitivity.KINDS:
+                                    r = _sensitivity.threshold(truth, name, outs[name], dts[name], kind,
+                                                               chunk_size=chunk, **judge)
+                                    sens.append({"dtype": dtype, "subject": label, "regime": regime,
+                                                 "config": cname, "T": T, "seed": seed,
+                                                 "output": name, "kind": kind, **r})
+                    if seed in zoo_seeds:
+                        for name, fn in z.items():
+                            if name == "quadratic" and T > QUADRATIC_MAX_T:
+                                continue
+                            outs, dts = _sensitivity.jax_outputs(fn, truth, dtype)
+                            for out, a in _judge.assess_outputs(truth, outs, dts, **judge).items():
+                                alarms.append({"dtype": dtype, "kernel": name, "regime": regime,
+                                               "config": cname, "T": T, "seed": seed, "output": out,
+                                               "ratio": a.ratio, "ok": a.ok, "reason": a.reason})
+                    progress(f"{dtype} {regime} {cname} T={T} seed={seed}: "
+                             f"{time.perf_counter() - t0:.1f}s")
+    return {"sensitivity": sens, "zoo": alarms}
+
+
+def summarise(res: dict, allowed: float) -> tuple[str, bool]:
+    from glaref._judge import NAMES
+
+    lines, ok = [], True
+    sens = res["sensitivity"]
+    for dtype in dict.fromkeys(r["dtype"] for r in sens):
+        for subject in dict.fromkeys(r["subject"] for r in sens):
+            rows = [r for r in sens if r["dtype"] == dtype and r["subject"] == subject]
+            lines.append(f"\nsensitivity, {dtype}, {subject}: worst (threshold / natural error) over "
+                         f"configs, T, seeds and both injections")
+            lines.append(f"{'regime':14}" + "".join(f"{n:>10}" for n in NAMES))
+            for regime in dict.fromkeys(r["regime"] for r in rows):
+                cells = []
+                for n in NAMES:
+                    v = max(r["ratio"] for r in rows if r["regime"] == regime and r["output"] == n)
+                    cells.append(f"{v:10.3g}")
+                    if subject == "chunked (user, unknown)" and v > TARGET:
+                        ok = False
+                lines.append(f"{regime:14}" + "".join(cells))
+            unclean = [r for r in rows if not r["clean"]]
+            if unclean:
+                ok = False
+                lines.append(f"  NOT CLEAN (the correct kernel itself fails): {len(unclean)} cases")
+    zoo = res["zoo"]
+    if zoo:
+        worst = max(zoo, key=lambda r: r["ratio"] if r["ratio"] is not None else math.inf)
+        bad = [r for r in zoo if not r["ok"]]
+        ok = ok and not bad
+        lines.append(f"\nzoo: {len({(r['kernel'], r['dtype'], r['regime'], r['config'], r['T'], r['seed']) for r in zoo})} "
+                     f"rows, {len(bad)} false alarms; worst reference ratio {worst['ratio']:.3g} "
+                     f"({worst['kernel']} {worst['dtype']} {worst['regime']} {worst['config']} "
+                     f"T={worst['T']} {worst['output']}) against the allowed {allowed:g}: "
+                     f"{worst['ratio'] / allowed:.2f} of it")
+        for dtype in dict.fromkeys(r["dtype"] for r in zoo):
+            lines.append(f"zoo worst ratio per kernel, {dtype}:")
+            for k in dict.fromkeys(r["kernel"] for r in zoo):
+                rs = [r for r in zoo if r["kernel"] == k and r["dtype"] == dtype]
+                w = max(rs, key=lambda r: r["ratio"])
+                lines.append(f"  {k:20} {w['ratio']:6.3g}  ({w['regime']} {w['config']} T={w['T']} {w['output']})")
+        for r in bad:
+            lines.append(f"  FALSE ALARM {r['kernel']} {r['dtype']} {r['regime']} {r['config']} "
+                         f"T={r['T']} seed={r['seed']}: {r['reason']}")
+    return "\n".join(lines), ok
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (a minute or two)")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--regimes", default=",".join(REGIMES))
+    ap.add_argument("--seeds", default="0", help="seeds of the sensitivity part")
+    ap.add_argument("--zoo-seeds", default="0", help="seeds of the zoo part ('' for none)")
+    ap.add_argument("--only", help="comma-separated config:T pairs of the targets to run")
+    ap.add_argument("--json")
+    ap.add_argument("--txt")
+    a = ap.parse_args(argv)
+
+    from glaref.audit._device import cpu_model
+    from glaref.audit._presets import SEED_CONFIGS
+    from glaref.tolerances import tol
+
+    if a.quick:
+        targets, configs = QUICK_TARGETS, QUICK_CONFIGS
+    else:
+        targets = SEED_TARGETS
+        configs = {n: (1,) + tuple(c[1:]) for n, c in SEED_CONFIGS.items()}     # batch cut to 1
+    if a.only:
+        keep = {(c, int(t)) for c, t in (x.split(":") for x in a.only.split(","))}
+        targets = [x for x in targets if x in keep]
+    ints = lambda s: [int(x) for x in s.split(",") if x != ""]   # noqa: E731
+    t0 = time.perf_counter()
+    res = run(targets, configs, a.dtypes.split(","), a.regimes.split(","), ints(a.seeds),
+              ints(a.zoo_seeds), lambda m: print(m, file=sys.stderr, flush=True))
+    text, ok = summarise(res, tol("calibrated_ratio"))
+    head = (f"glaref sensitivity report: {time.strftime('%Y-%m-%d')}, CPU {cpu_model()}\n"
+            f"allowed ratio (calibrated_ratio) {tol('calibrated_ratio'):g}, floor "
+            f"{tol('calibrated_floor'):g} u ||ref||; configs (batch cut to 1): "
+            f"{ {c: configs[c] for c, _ in targets} }; T: {sorted({t for _, t in targets})}; "
+            f"wall {time.perf_counter() - t0:.0f} s\n"
+            f"target: threshold / natural <= {TARGET:g} for chunked with the CLI's defaults")
+    print(head + "\n" + text)
+    print("PASS" if ok else "FAIL")
+    if a.txt:
+        pathlib.Path(a.txt).write_text(head + "\n" + text + "\n" + ("PASS" if ok else "FAIL") + "\n")
+    if a.json:
+        pathlib.Path(a.json).write_text(json.dumps({"head": head, "targets": targets, **res},
+                                                   indent=1, default=str) + "\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
