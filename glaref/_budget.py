@@ -19,6 +19,10 @@ with u the unit roundoff of the kernel's compute dtype and ``floor`` the underfl
   scale (docs/budgets.md, section 3) and under strong decay or long T it is far larger.
 
 The verdict uses the identity scale for dlog_alpha (glaref._verdict explains why).
+
+Vector gates (log_alpha (B, H, T, dk)) and packed sequences (``cu_seqlens``) use the same
+abs-value runs; with vector gates both dlog_alpha scales have log_alpha's shape, the identity's
+taken per key dimension (docs/math.md, section 8.3).
 """
 
 from __future__ import annotations
@@ -57,45 +61,51 @@ def problem_scales(p: Problem, scale: float = 1.0, impl: str = "numba") -> dict[
     """Per-element scales of canonical problem ``p``: keys o, h_T and, when ``p.do`` is given,
     q, k, v, log_alpha (direct form), h0 and log_alpha_identity. Arrays are canonical "bhtd"."""
     from ._oracle import _backend
+    from ._reference import suffix_sums
 
     be = _backend(impl)
     a = np.abs
     s = abs(float(scale))
+    cu = p.cu_seqlens
     aq, ak, av, ah0 = a(p.q), a(p.k), a(p.v), a(p.h0)
-    o, h_T = be.forward(aq, ak, av, p.log_alpha, ah0, s)
+    o, h_T = be.forward(aq, ak, av, p.log_alpha, ah0, s, cu_seqlens=cu)
     out = {"o": o, "h_T": h_T}
     if p.do is None:
         return out
     adh = None if p.dh_T is None else a(p.dh_T)
-    dqh, dkh, dv, dla, dh0 = be.vjp(aq, ak, av, p.log_alpha, ah0, a(p.do), adh, s, per_head=True)
+    dqh, dkh, dv, dla, dh0 = be.vjp(aq, ak, av, p.log_alpha, ah0, a(p.do), adh, s, per_head=True,
+                                    cu_seqlens=cu)
     G, H = p.q.shape[1], p.v.shape[1]
     B, _, T, dk = p.q.shape
     out["q"] = dqh.reshape(B, G, H // G, T, dk).sum(axis=2)
     out["k"] = dkh.reshape(B, G, H // G, T, dk).sum(axis=2)
     out["v"], out["log_alpha"], out["h0"] = dv, dla, dh0
-    terms = (np.einsum("bhtk,bhtk->bht", _per_head(aq, H), dqh)
-             + np.einsum("bhtk,bhtk->bht", _per_head(ak, H), dkh))
-    ident = np.flip(np.cumsum(np.flip(terms, axis=2), axis=2), axis=2)
+    # vector gates: the identity per key dimension (docs/math.md, section 8), so no sum over dk
+    pair = "bhtk,bhtk->bhtk" if p.vector_gate else "bhtk,bhtk->bht"
+    terms = (np.einsum(pair, _per_head(aq, H), dqh) + np.einsum(pair, _per_head(ak, H), dkh))
+    final = None
     if adh is not None:
-        ident = ident + np.einsum("bhkv,bhkv->bh", h_T, adh)[:, :, None]
-    out["log_alpha_identity"] = ident
+        final = np.einsum("nhkv,nhkv->nhk" if p.vector_gate else "nhkv,nhkv->nh", h_T, adh)
+    out["log_alpha_identity"] = suffix_sums(terms, final, cu)
     return out
 
 
 def scales(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, scale=1.0, layout="bhtd",
-           impl="numba", allow_nonfinite=False) -> Scales:
+           impl="numba", allow_nonfinite=False, cu_seqlens=None) -> Scales:
     """Per-element error scales of o, h_T and every gradient (``glaref.scales``).
 
     Each element is the sum of the absolute values of the terms that element adds up, from the
     recurrence and its vjp run on |q|, |k|, |v|, |h0|, |do|, |dh_T|. A correct kernel's error on
     an element is a small multiple of u * scale (docs/budgets.md). Arguments as for
     ``glaref.vjp``; without ``do`` only o and h_T are returned (the other fields are None).
-    Results are float64, o and the gradients in the caller's layout.
+    Results are float64, o and the gradients in the caller's layout. Vector gates (log_alpha
+    (B, H, T, dk)) and packed sequences (``cu_seqlens``) as in ``glaref.vjp``; the scales of
+    dlog_alpha then have log_alpha's shape.
     """
     from ._oracle import _check_scale
 
     p = _inputs.canonicalize(q, k, v, log_alpha, h0, do, dh_T, layout=layout,
-                             allow_nonfinite=allow_nonfinite)
+                             allow_nonfinite=allow_nonfinite, cu_seqlens=cu_seqlens)
     d = problem_scales(p, _check_scale(scale), impl)
     f = _inputs.from_canonical
     kinds = {"o": "v", "h_T": "state", "q": "qk", "k": "qk", "v": "v", "log_alpha": "gate",

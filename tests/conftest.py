@@ -50,13 +50,14 @@ def logsigmoid(x: np.ndarray) -> np.ndarray:
 
 def rand_problem(B: int, G: int, H: int, T: int, dk: int, dv: int, seed: int | list[int] = 0, *,
                  log_alpha: str | float | np.ndarray | Callable = "standard",
-                 h0_scale: float = 1.0) -> Problem:
+                 h0_scale: float = 1.0, vector_gate: bool = False) -> Problem:
     """Random canonical float64 "bhtd" inputs and cotangents (do and dh_T always random);
     ``seed`` is whatever ``np.random.default_rng`` takes.
 
     log_alpha: "standard" (logsigmoid(N(0, 1))), a number (that constant everywhere), an array of
     shape (B, H, T), or a callable ``f(rng, shape)``. q and k are N(0, 1/dk); v, do, dh_T N(0, 1);
-    h0 is ``h0_scale * N(0, 1)``.
+    h0 is ``h0_scale * N(0, 1)``. ``vector_gate=True``: log_alpha has shape (B, H, T, dk) (one
+    decay per key dimension), drawn the same way; the other arrays are unchanged.
     """
     rng = np.random.default_rng(seed)
     s = 1.0 / np.sqrt(max(dk, 1))
@@ -66,7 +67,7 @@ def rand_problem(B: int, G: int, H: int, T: int, dk: int, dv: int, seed: int | l
     h0 = h0_scale * rng.standard_normal((B, H, dk, dv))
     do = rng.standard_normal((B, H, T, dv))
     dh_T = rng.standard_normal((B, H, dk, dv))
-    shape = (B, H, T)
+    shape = (B, H, T, dk) if vector_gate else (B, H, T)
     if isinstance(log_alpha, str):
         if log_alpha != "standard":
             raise ValueError(f"log_alpha: got {log_alpha!r}, expected 'standard', a number, an array or a callable")
