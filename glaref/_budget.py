@@ -27,6 +27,7 @@ taken per key dimension (docs/math.md, section 8.3).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -112,6 +113,32 @@ def scales(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, scale=1.0, layout
              "h0": "state", "log_alpha_identity": "gate"}
     return Scales(**{name: (f(d[name], kind, layout) if name in d else None)
                      for name, kind in kinds.items()})
+
+
+def budget_view(p: Problem) -> tuple[Dims, np.ndarray]:
+    """``(dims, log_alpha)`` to pass to the bound (``_verdict.budget_bound`` / ``judge``, which
+    take scalar gates (B, H, T) of one sequence per row) for any problem ``p``.
+
+    Vector gates: each key dimension's gates are a scalar gate sequence of their own, so
+    log_alpha (B, H, T, dk) is viewed as (B, H * dk, T); the gate-mass terms then take the
+    largest chunk sum over every dimension. Packed sequences: each sequence starts its own chunks
+    at its first step, so the gates are laid out one sequence per row, zero-padded to the longest
+    length Lmax, and dims become B = N, T = Lmax (a correct kernel's error on a sequence depends
+    on its own length, never more than Lmax).
+    """
+    la = np.asarray(p.log_alpha, dtype=np.float64)
+    B, H, T = la.shape[:3]
+    if p.vector_gate:
+        la = np.moveaxis(la, 3, 2).reshape(B, H * la.shape[3], T)
+    if p.cu_seqlens is None:
+        return p.dims, la
+    cu = np.asarray(p.cu_seqlens)
+    lens = np.diff(cu)
+    L = int(lens.max()) if lens.size else 0
+    rows = np.zeros((len(lens), la.shape[1], L))
+    for n, (t0, t1) in enumerate(zip(cu[:-1], cu[1:])):
+        rows[n, :, :t1 - t0] = la[0, :, t0:t1]
+    return replace(p.dims, B=len(lens), T=L), rows
 
 
 def underflow_floor(output: str, compute_dtype: str, dims: Dims) -> float:
