@@ -191,6 +191,19 @@ def test_vector_strong_decay_is_finite_and_within_budget(kname, gates):
     check(got, p, "float32", cs, normwise=False)
 
 
+@pytest.mark.parametrize("regime", ["mixed_dims", "strong_decay", "positive", "h0_dominant"])
+@pytest.mark.parametrize("kname", KERNELS)
+def test_vector_regimes_within_budget(kname, regime):
+    """The regimes with vector gates, mixed_dims among them (near-1 and strongly decayed key
+    dimensions side by side in every head), through both kernels in float32."""
+    from glaref._inputs import Dims
+    from glaref.regimes import make_inputs
+    p = rounded(make_inputs(regime, Dims(1, 2, 4, 100, 16, 8), 0, gate="vector"), "float32")
+    fn, kw, cs = _kernel(kname, 32)
+    got, _ = run(fn, p, "float32", **kw)
+    check(got, p, "float32", cs, normwise=regime not in ("mixed_dims", "strong_decay"))
+
+
 def _naive_split_forward(q, k, v, log_alpha, h0, *, chunk_size, return_final_state=False, **_):
     """A deliberately naive vector-gate chunk: A = (Q o exp(b)) (K o exp(-b))^T, masked after.
     Exact in exact arithmetic; overflows (inf * 0 = nan) once -b > 88 in float32."""

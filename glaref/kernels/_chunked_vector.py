@@ -123,9 +123,12 @@ def _chunk_fn(cfg: _Config, q, k, v, la, S, *, outputs: bool = True):
     i = jnp.arange(c_)
     F = _masked_exp(pc["diag"], (i[None, :] <= i[:, None])[:, :, None])    # (j, s, 1)
     Ad = ein("bgJji,bgJsi,bgrJjsi->bgrJjs", qs, ks, F)
-    A = A + Ad[..., :, :, None, :] * jnp.eye(n, dtype=A.dtype)[:, None, :, None]
-    A = A.reshape(B, G, R, C, C)
-    o = ein("bgrck,bgrkv->bgrcv", q[:, :, None] * jnp.exp(b), S) + ein("bgrij,bgrjv->bgriv", A, v)
+    # A V block by block (off-diagonal blocks, then the diagonal ones). Assembling the whole C x C
+    # matrix A and taking one product A V made XLA's CPU compiler crash (a segmentation fault in
+    # the jitted backward with R = 2 heads per group and two sub-chunks, jax 0.10.2).
+    vs = v.reshape(B, G, R, n, c_, v.shape[-1])
+    intra = ein("bgrJjSs,bgrSsv->bgrJjv", A, vs) + ein("bgrJjs,bgrJsv->bgrJjv", Ad, vs)
+    o = ein("bgrck,bgrkv->bgrcv", q[:, :, None] * jnp.exp(b), S) + intra.reshape(B, G, R, C, -1)
     return o * cfg.scale, S_next
 
 
