@@ -2,8 +2,15 @@
 
 Canonical "bhtd" float64 arrays in, float64 arrays out (see ``_inputs``):
 
-    forward(q, k, v, log_alpha, h0, scale) -> (o, h_T)
-    vjp(q, k, v, log_alpha, h0, do, dh_T, scale, per_head=False) -> (dq, dk, dv, dlog_alpha, dh0)
+    forward(q, k, v, log_alpha, h0, scale, cu_seqlens=None) -> (o, h_T)
+    vjp(q, k, v, log_alpha, h0, do, dh_T, scale, per_head=False, cu_seqlens=None)
+        -> (dq, dk, dv, dlog_alpha, dh0)
+
+log_alpha (B, H, T) is a scalar gate, (B, H, T, dk) a vector gate (one decay per key dimension:
+the pair loop of the "vector gates" section below). The parallel drivers run over independent
+sequences: the B batch rows, or the N packed sequences of ``cu_seqlens`` (row 0, steps
+cu[n]:cu[n+1], state index n), each with the same per-head code as an unpacked call, so packed
+and one-by-one results are the same bits.
 
 The equations are those of ``_reference`` (docs/math.md, sections 1 and 2), evaluated chunk by
 chunk so that most of the work is matrix products: BLAS dgemm, called from the compiled code
