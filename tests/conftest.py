@@ -83,8 +83,8 @@ def abs_problem(p: Problem) -> Problem:
     """The problem on absolute values (decays unchanged): evaluating any implementation of the
     recurrence on it gives, per element, the sum of |terms| -- the scale rounding errors live on."""
     a = np.abs
-    return Problem(a(p.q), a(p.k), a(p.v), p.log_alpha, a(p.h0),
-                   None if p.do is None else a(p.do), None if p.dh_T is None else a(p.dh_T), p.dims)
+    return p._replace(q=a(p.q), k=a(p.k), v=a(p.v), h0=a(p.h0), do=None if p.do is None else a(p.do),
+                      dh_T=None if p.dh_T is None else a(p.dh_T))
 
 
 def rel_err(actual, desired) -> float:

@@ -147,11 +147,23 @@ _THREAD_SCRIPT = textwrap.dedent("""
         outs = _numba.forward(q, k, v, la, h0, 0.3) + _numba.vjp(q, k, v, la, h0, do, dh_T, 0.3)
         outs += _numba.vjp(q, k, v, la, h0, do, dh_T, 0.3, per_head=True)[:2]
         blobs += [np.ascontiguousarray(x).tobytes() for x in outs]
+    # packed sequences (scalar and vector gates): the sequences are the parallel items
+    cu = np.array([0, 17, 17, 60, 61, 100])
+    G, H, T, dk, dv = 2, 4, 100, 12, 10
+    q = rng.standard_normal((1, G, T, dk)) / 4; k = rng.standard_normal((1, G, T, dk)) / 4
+    v = rng.standard_normal((1, H, T, dv)); do = rng.standard_normal((1, H, T, dv))
+    h0 = rng.standard_normal((5, H, dk, dv)); dh_T = rng.standard_normal((5, H, dk, dv))
+    for la in (-np.logaddexp(0, -rng.standard_normal((1, H, T))),
+               -np.logaddexp(0, -rng.standard_normal((1, H, T, dk)))):
+        outs = (_numba.forward(q, k, v, la, h0, 0.3, cu_seqlens=cu)
+                + _numba.vjp(q, k, v, la, h0, do, dh_T, 0.3, cu_seqlens=cu))
+        blobs += [np.ascontiguousarray(x).tobytes() for x in outs]
     sys.stdout.buffer.write(b"".join(blobs))
 """)
 
 
 def test_numba_bit_identical_on_1_and_2_threads():
+    # vector gates, and packed sequences of both gate kinds
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     blobs = []
     for n in (1, 2):
