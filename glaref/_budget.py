@@ -22,7 +22,7 @@ The verdict uses the identity scale for dlog_alpha (glaref._verdict explains why
 
 Vector gates (log_alpha (B, H, T, dk)) and packed sequences (``cu_seqlens``) use the same
 abs-value runs; with vector gates both dlog_alpha scales have log_alpha's shape, the identity's
-taken per key dimension (docs/math.md, section 8.3).
+taken per key dimension (docs/math.md, section 9.3).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def problem_scales(p: Problem, scale: float = 1.0, impl: str = "numba") -> dict[
     out["q"] = dqh.reshape(B, G, H // G, T, dk).sum(axis=2)
     out["k"] = dkh.reshape(B, G, H // G, T, dk).sum(axis=2)
     out["v"], out["log_alpha"], out["h0"] = dv, dla, dh0
-    # vector gates: the identity per key dimension (docs/math.md, section 8), so no sum over dk
+    # vector gates: the identity per key dimension (docs/math.md, section 9), so no sum over dk
     pair = "bhtk,bhtk->bhtk" if p.vector_gate else "bhtk,bhtk->bht"
     terms = (np.einsum(pair, _per_head(aq, H), dqh) + np.einsum(pair, _per_head(ak, H), dkh))
     final = None

@@ -91,7 +91,7 @@ def dlog_alpha_identity(q, k, v, log_alpha, h0, do, dh_T=None, *, scale=1.0, lay
     with per-head dq and dk. Equal to ``vjp(...).log_alpha`` in exact arithmetic; it loses
     accuracy through cancellation when the summed terms dwarf the result (docs/math.md, sec. 3).
     Vector gates: the same per key dimension i (products q_s[i] dq_s[i], row sums of
-    h_T * dh_T; docs/math.md, sec. 8). Packed sequences: the sum restarts in each sequence.
+    h_T * dh_T; docs/math.md, sec. 9). Packed sequences: the sum restarts in each sequence.
     """
     from . import _reference
 

@@ -17,7 +17,7 @@ Backward (docs/math.md, section 2), with G_t = dL/dS_t through every path:
     dq_t = scale * S_t do_t^T      dk_t = G_t v_t^T      dv_t = G_t^T k_t^T
     dlog_alpha_t = alpha_t <S_{t-1}, G_t>                dh0 = alpha_1 G_1
 
-Vector gates (docs/math.md, section 8): log_alpha (B, H, T, dk) decays each row i of the state
+Vector gates (docs/math.md, section 9): log_alpha (B, H, T, dk) decays each row i of the state
 (key dimension i) by its own alpha_t[i], "alpha_t *" above becomes diag(alpha_t) (a row scaling)
 and the inner product of dlog_alpha is taken per row:
 
@@ -143,7 +143,7 @@ def dlog_alpha_identity(q, k, dq_head, dk_head, h_T, dh_T=None, vector=False, cu
     (B, H, T, dk). Cancellation in the reverse cumulative sum makes it lose accuracy when
     the terms are large compared with their sum (strong decay, long T).
 
-    ``vector=True`` (vector gates, docs/math.md section 8): the same per key dimension i,
+    ``vector=True`` (vector gates, docs/math.md section 9): the same per key dimension i,
     dlog_alpha_t[i] = sum_{s >= t} (q_s[i] dq_s[i] - k_s[i] dk_s[i]) + sum_j h_T[i, j] dh_T[i, j].
     With ``cu_seqlens`` the reverse sum stops at each sequence's start and each sequence adds
     its own final-state term.

@@ -1,4 +1,4 @@
-"""Packed variable-length sequences (cu_seqlens, docs/math.md section 9) in the oracle.
+"""Packed variable-length sequences (cu_seqlens, docs/math.md section 10) in the oracle.
 
 Packed must equal running the sequences one by one, to the last bit, for both implementations
 and both gate kinds: the oracle runs each sequence with the same code as an unpacked call.

@@ -46,7 +46,7 @@ MULTICHUNK_CASES = [
 ]
 CS_CASES = PROJ_CASES + MULTICHUNK_CASES
 
-# Vector gates (log_alpha (B, H, T, dk), docs/math.md section 8): the same checks on the same
+# Vector gates (log_alpha (B, H, T, dk), docs/math.md section 9): the same checks on the same
 # sizes; the trailing dict is passed to conftest.rand_problem. "mixed dims" decays half of the key
 # dimensions strongly and leaves the others near 1, the case that per-dimension decay adds.
 V = {"vector_gate": True}
@@ -246,7 +246,7 @@ def _mp_closed_form(p: Problem, scale: float, mp) -> dict[str, np.ndarray]:
 
 
 def _mp_closed_form_vector(p: Problem, scale: float, mp) -> dict[str, np.ndarray]:
-    """The closed forms of docs/math.md section 8 (vector gates), exact to ~MP_DPS digits.
+    """The closed forms of docs/math.md section 9 (vector gates), exact to ~MP_DPS digits.
 
     Per (b, h), with c_t[i] = log_alpha_1[i] + ... + log_alpha_t[i] and
     e(t, s, i) = exp(c_t[i] - c_s[i]) (1-based; s = 0 gives exp(c_t[i])),
@@ -435,7 +435,7 @@ def test_mpmath_closed_form_vector_gates(regime, shape, impl):
 def test_mpmath_vector_closed_form_reduces_to_the_scalar_one():
     # Two closed forms written independently: with every key dimension given the same gate, the
     # vector form's outputs equal the scalar form's and its dlog_alpha sums over dk to the scalar
-    # dlog_alpha (docs/math.md, section 8).
+    # dlog_alpha (docs/math.md, section 9).
     mp = pytest.importorskip("mpmath").mp
     old = mp.dps
     p = rand_problem(1, 1, 2, 5, 3, 2, seed=3)

@@ -1,4 +1,4 @@
-"""Vector gates (log_alpha (B, H, T, dk), docs/math.md section 8) in the oracle.
+"""Vector gates (log_alpha (B, H, T, dk), docs/math.md section 9) in the oracle.
 
 The trust checks from outside the oracle (complex step, mpmath closed forms, finite differences,
 jax.vjp of a float64 scan) run on vector-gate cases in tests/test_reference_trust.py. Here: the
@@ -181,7 +181,7 @@ def test_numba_bit_identical_on_1_and_2_threads():
 @pytest.mark.parametrize("impl", IMPLS)
 def test_equal_gates_per_dimension_give_the_scalar_gate(impl):
     """log_alpha[..., i] = the scalar gate for every i: the same o, h_T and gradients, and the
-    vector dlog_alpha summed over dk is the scalar dlog_alpha (docs/math.md, section 8)."""
+    vector dlog_alpha summed over dk is the scalar dlog_alpha (docs/math.md, section 9)."""
     p = rand_problem(2, 2, 4, 45, 5, 3, seed=4, log_alpha=_strong)
     pv = p._replace(log_alpha=np.repeat(p.log_alpha[..., None], 5, axis=-1))
     outs = {}
