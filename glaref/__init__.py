@@ -8,7 +8,8 @@ Importing glaref is cheap: numba, jax and the audit engine load only when first 
 
 from __future__ import annotations
 
-from ._errors import DTypeError, GlarefError, LayoutError, NonFiniteError, ShapeError
+from ._errors import (DTypeError, GlarefError, LayoutError, NonFiniteError, SeqlensError,
+                      ShapeError)
 from ._oracle import Grads, dlog_alpha_identity, forward, vjp
 
 __version__ = "0.1.0"
@@ -23,6 +24,7 @@ __all__ = [
     "Scales",
     "LayoutError",
     "NonFiniteError",
+    "SeqlensError",
     "ShapeError",
     "__version__",
     "dlog_alpha_identity",

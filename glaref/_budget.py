@@ -19,10 +19,15 @@ with u the unit roundoff of the kernel's compute dtype and ``floor`` the underfl
   scale (docs/budgets.md, section 3) and under strong decay or long T it is far larger.
 
 The verdict uses the identity scale for dlog_alpha (glaref._verdict explains why).
+
+Vector gates (log_alpha (B, H, T, dk)) and packed sequences (``cu_seqlens``) use the same
+abs-value runs; with vector gates both dlog_alpha scales have log_alpha's shape, the identity's
+taken per key dimension (docs/math.md, section 9.3).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -57,51 +62,83 @@ def problem_scales(p: Problem, scale: float = 1.0, impl: str = "numba") -> dict[
     """Per-element scales of canonical problem ``p``: keys o, h_T and, when ``p.do`` is given,
     q, k, v, log_alpha (direct form), h0 and log_alpha_identity. Arrays are canonical "bhtd"."""
     from ._oracle import _backend
+    from ._reference import suffix_sums
 
     be = _backend(impl)
     a = np.abs
     s = abs(float(scale))
+    cu = p.cu_seqlens
     aq, ak, av, ah0 = a(p.q), a(p.k), a(p.v), a(p.h0)
-    o, h_T = be.forward(aq, ak, av, p.log_alpha, ah0, s)
+    o, h_T = be.forward(aq, ak, av, p.log_alpha, ah0, s, cu_seqlens=cu)
     out = {"o": o, "h_T": h_T}
     if p.do is None:
         return out
     adh = None if p.dh_T is None else a(p.dh_T)
-    dqh, dkh, dv, dla, dh0 = be.vjp(aq, ak, av, p.log_alpha, ah0, a(p.do), adh, s, per_head=True)
+    dqh, dkh, dv, dla, dh0 = be.vjp(aq, ak, av, p.log_alpha, ah0, a(p.do), adh, s, per_head=True,
+                                    cu_seqlens=cu)
     G, H = p.q.shape[1], p.v.shape[1]
     B, _, T, dk = p.q.shape
     out["q"] = dqh.reshape(B, G, H // G, T, dk).sum(axis=2)
     out["k"] = dkh.reshape(B, G, H // G, T, dk).sum(axis=2)
     out["v"], out["log_alpha"], out["h0"] = dv, dla, dh0
-    terms = (np.einsum("bhtk,bhtk->bht", _per_head(aq, H), dqh)
-             + np.einsum("bhtk,bhtk->bht", _per_head(ak, H), dkh))
-    ident = np.flip(np.cumsum(np.flip(terms, axis=2), axis=2), axis=2)
+    # vector gates: the identity per key dimension (docs/math.md, section 9), so no sum over dk
+    pair = "bhtk,bhtk->bhtk" if p.vector_gate else "bhtk,bhtk->bht"
+    terms = (np.einsum(pair, _per_head(aq, H), dqh) + np.einsum(pair, _per_head(ak, H), dkh))
+    final = None
     if adh is not None:
-        ident = ident + np.einsum("bhkv,bhkv->bh", h_T, adh)[:, :, None]
-    out["log_alpha_identity"] = ident
+        final = np.einsum("nhkv,nhkv->nhk" if p.vector_gate else "nhkv,nhkv->nh", h_T, adh)
+    out["log_alpha_identity"] = suffix_sums(terms, final, cu)
     return out
 
 
 def scales(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, scale=1.0, layout="bhtd",
-           impl="numba", allow_nonfinite=False) -> Scales:
+           impl="numba", allow_nonfinite=False, cu_seqlens=None) -> Scales:
     """Per-element error scales of o, h_T and every gradient (``glaref.scales``).
 
     Each element is the sum of the absolute values of the terms that element adds up, from the
     recurrence and its vjp run on |q|, |k|, |v|, |h0|, |do|, |dh_T|. A correct kernel's error on
     an element is a small multiple of u * scale (docs/budgets.md). Arguments as for
     ``glaref.vjp``; without ``do`` only o and h_T are returned (the other fields are None).
-    Results are float64, o and the gradients in the caller's layout.
+    Results are float64, o and the gradients in the caller's layout. Vector gates (log_alpha
+    (B, H, T, dk)) and packed sequences (``cu_seqlens``) as in ``glaref.vjp``; the scales of
+    dlog_alpha then have log_alpha's shape.
     """
     from ._oracle import _check_scale
 
     p = _inputs.canonicalize(q, k, v, log_alpha, h0, do, dh_T, layout=layout,
-                             allow_nonfinite=allow_nonfinite)
+                             allow_nonfinite=allow_nonfinite, cu_seqlens=cu_seqlens)
     d = problem_scales(p, _check_scale(scale), impl)
     f = _inputs.from_canonical
     kinds = {"o": "v", "h_T": "state", "q": "qk", "k": "qk", "v": "v", "log_alpha": "gate",
              "h0": "state", "log_alpha_identity": "gate"}
     return Scales(**{name: (f(d[name], kind, layout) if name in d else None)
                      for name, kind in kinds.items()})
+
+
+def budget_view(p: Problem) -> tuple[Dims, np.ndarray]:
+    """``(dims, log_alpha)`` to pass to the bound (``_verdict.budget_bound`` / ``judge``, which
+    take scalar gates (B, H, T) of one sequence per row) for any problem ``p``.
+
+    Vector gates: each key dimension's gates are a scalar gate sequence of their own, so
+    log_alpha (B, H, T, dk) is viewed as (B, H * dk, T); the gate-mass terms then take the
+    largest chunk sum over every dimension. Packed sequences: each sequence starts its own chunks
+    at its first step, so the gates are laid out one sequence per row, zero-padded to the longest
+    length Lmax, and dims become B = N, T = Lmax (a correct kernel's error on a sequence depends
+    on its own length, never more than Lmax).
+    """
+    la = np.asarray(p.log_alpha, dtype=np.float64)
+    B, H, T = la.shape[:3]
+    if p.vector_gate:
+        la = np.moveaxis(la, 3, 2).reshape(B, H * la.shape[3], T)
+    if p.cu_seqlens is None:
+        return p.dims, la
+    cu = np.asarray(p.cu_seqlens)
+    lens = np.diff(cu)
+    L = int(lens.max()) if lens.size else 0
+    rows = np.zeros((len(lens), la.shape[1], L))
+    for n, (t0, t1) in enumerate(zip(cu[:-1], cu[1:])):
+        rows[n, :, :t1 - t0] = la[0, :, t0:t1]
+    return replace(p.dims, B=len(lens), T=L), rows
 
 
 def underflow_floor(output: str, compute_dtype: str, dims: Dims) -> float:

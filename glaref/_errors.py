@@ -22,5 +22,10 @@ class NonFiniteError(GlarefError, ValueError):
     """An argument holds NaN or infinity (pass ``allow_nonfinite=True`` to accept it)."""
 
 
+class SeqlensError(GlarefError, ValueError):
+    """``cu_seqlens`` is not a list of packed-sequence offsets 0 <= ... <= T (the message names
+    the first bad position)."""
+
+
 class LayoutError(GlarefError, ValueError):
     """An unknown layout name."""

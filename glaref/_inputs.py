@@ -4,13 +4,18 @@ Everything inside glaref works on the canonical layout "bhtd" in float64:
 
     q, k       (B, G, T, dk)
     v          (B, H, T, dv)
-    log_alpha  (B, H, T)
-    h0, h_T    (B, H, dk, dv)
+    log_alpha  (B, H, T)        scalar gate: one decay per head and step
+               (B, H, T, dk)    vector gate (GLA): one decay per key dimension
+    h0, h_T    (B, H, dk, dv)   or (N, H, dk, dv) with cu_seqlens
     o, do      (B, H, T, dv)
 
 The "bthd" layout (flash-linear-attention's and Mamba2's) puts time before heads:
-q, k (B, T, G, dk); v, o, do (B, T, H, dv); log_alpha (B, T, H); h0 and h_T are
-the same in both layouts.
+q, k (B, T, G, dk); v, o, do (B, T, H, dv); log_alpha (B, T, H) or (B, T, H, dk); h0 and h_T
+are the same in both layouts. The rank of log_alpha selects the gate kind, nothing else.
+
+Packed sequences: ``cu_seqlens`` (N + 1 integer offsets 0 = c_0 <= c_1 <= ... <= c_N = T, with
+B = 1) splits the time axis into N independent sequences [c_n, c_{n+1}); each starts from its
+own h0[n] and ends in its own h_T[n]. Empty sequences are allowed.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._errors import DTypeError, LayoutError, NonFiniteError, ShapeError
+from ._errors import DTypeError, LayoutError, NonFiniteError, SeqlensError, ShapeError
 
 LAYOUTS = ("bhtd", "bthd")
 
@@ -57,11 +62,81 @@ class Problem(NamedTuple):
     do: np.ndarray | None
     dh_T: np.ndarray | None
     dims: Dims
+    cu_seqlens: np.ndarray | None = None   # int64 (N + 1,) offsets of packed sequences, B = 1
+
+    @property
+    def vector_gate(self) -> bool:
+        """True when log_alpha is (B, H, T, dk): one decay per key dimension."""
+        return is_vector_gate(self.log_alpha)
+
+    @property
+    def n_states(self) -> int:
+        """The leading size of h0 and h_T: B, or N with packed sequences."""
+        return self.dims.B if self.cu_seqlens is None else len(self.cu_seqlens) - 1
 
 
 # how each argument moves between layouts
 _KIND = {"q": "qk", "k": "qk", "v": "v", "do": "v", "o": "v", "log_alpha": "gate",
          "h0": "state", "dh_T": "state", "h_T": "state"}
+
+
+def is_vector_gate(log_alpha) -> bool:
+    """The gate kind from the rank of a canonical log_alpha: (B, H, T) scalar, (B, H, T, dk) vector."""
+    return np.ndim(log_alpha) == 4
+
+
+def sequences(cu_seqlens: np.ndarray | None, B: int, T: int) -> list[tuple[int, int, int]]:
+    """(batch row, first step, end step) of every independent sequence: the B rows of a batch,
+    or the N packed sequences of row 0. The index in this list is the state index (h0, h_T)."""
+    if cu_seqlens is None:
+        return [(b, 0, T) for b in range(B)]
+    return [(0, int(cu_seqlens[n]), int(cu_seqlens[n + 1])) for n in range(len(cu_seqlens) - 1)]
+
+
+def check_cu_seqlens(cu_seqlens: Any, B: int, T: int) -> np.ndarray | None:
+    """Validate packed-sequence offsets; return them as a contiguous int64 array (or None).
+
+    Expected: a 1-D integer array of N + 1 >= 1 offsets, starting at 0, nondecreasing, ending at
+    T, with B = 1. Errors name cu_seqlens, what it got and the first bad position.
+    """
+    if cu_seqlens is None:
+        return None
+    mod = type(cu_seqlens).__module__ or ""
+    if mod.startswith("torch") and hasattr(cu_seqlens, "detach"):
+        t = cu_seqlens.detach()
+        if t.is_floating_point() or t.is_complex():
+            raise DTypeError(f"cu_seqlens: got dtype {t.dtype}, expected an integer dtype "
+                             "(int32 or int64 offsets)")
+        a = t.cpu().numpy()
+    else:
+        try:
+            a = np.asarray(cu_seqlens)
+        except Exception as exc:  # pragma: no cover - exotic array-likes
+            raise DTypeError(f"cu_seqlens: could not convert {_describe(cu_seqlens)} to an array: {exc}") from exc
+    if a.dtype.kind not in "iu":
+        raise DTypeError(f"cu_seqlens: got dtype {a.dtype}, expected an integer dtype "
+                         "(int32 or int64 offsets)")
+    if a.ndim != 1 or a.size == 0:
+        raise ShapeError(f"cu_seqlens: got shape {a.shape}, expected (N + 1,) offsets with N >= 0")
+    if B != 1:
+        raise ShapeError(f"cu_seqlens: given with B={B} batch rows, expected B=1 (the packed "
+                         "sequences lie along the time axis of one row)")
+    a = np.ascontiguousarray(a, dtype=np.int64)
+    shown = a.tolist() if a.size <= 12 else a[:12].tolist() + ["..."]
+    if a[0] != 0:
+        raise SeqlensError(f"cu_seqlens: got {shown}, expected offsets starting at 0: "
+                           f"cu_seqlens[0] = {int(a[0])}")
+    dec = np.flatnonzero(a[1:] < a[:-1])
+    if dec.size:
+        i = int(dec[0]) + 1
+        raise SeqlensError(f"cu_seqlens: got {shown}, expected nondecreasing offsets: "
+                           f"cu_seqlens[{i}] = {int(a[i])} < cu_seqlens[{i - 1}] = {int(a[i - 1])}")
+    if a[-1] != T:
+        big = np.flatnonzero(a > T)
+        i = int(big[0]) if big.size else a.size - 1
+        raise SeqlensError(f"cu_seqlens: got {shown}, expected offsets ending at T={T}: "
+                           f"cu_seqlens[{i}] = {int(a[i])}")
+    return a
 
 
 def check_layout(layout: str) -> str:
@@ -152,13 +227,19 @@ def from_canonical(a: np.ndarray, kind: str, layout: str) -> np.ndarray:
 
 
 def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str = "bhtd",
-                 allow_nonfinite: bool = False, need_do: bool = False) -> Problem:
-    """Validate the inputs, convert them to float64 and move them to the "bhtd" layout."""
+                 allow_nonfinite: bool = False, need_do: bool = False,
+                 cu_seqlens=None) -> Problem:
+    """Validate the inputs, convert them to float64 and move them to the "bhtd" layout.
+
+    log_alpha of rank 3 is a scalar gate, of rank 4 a vector gate (one decay per key dimension).
+    With ``cu_seqlens`` (packed sequences, B = 1) h0 and dh_T are (N, H, dk, dv).
+    """
     check_layout(layout)
     bhtd = layout == "bhtd"
     qk_spell = "(B, G, T, dk)" if bhtd else "(B, T, G, dk)"
     v_spell = "(B, H, T, dv)" if bhtd else "(B, T, H, dv)"
     g_spell = "(B, H, T)" if bhtd else "(B, T, H)"
+    gv_spell = "(B, H, T, dk)" if bhtd else "(B, T, H, dk)"
 
     q = to_float64(q, "q")
     k = to_float64(k, "k")
@@ -167,7 +248,10 @@ def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str
     _check_ndim(q, "q", 4, qk_spell)
     _check_ndim(k, "k", 4, qk_spell)
     _check_ndim(v, "v", 4, v_spell)
-    _check_ndim(log_alpha, "log_alpha", 3, g_spell)
+    if log_alpha.ndim not in (3, 4):
+        raise ShapeError(f"log_alpha: got shape {log_alpha.shape} ({log_alpha.ndim} dims), expected "
+                         f"3 dims {g_spell} (scalar gate) or 4 dims {gv_spell} (vector gate)")
+    vector = log_alpha.ndim == 4
     q = to_canonical(q, "qk", layout)
     k = to_canonical(k, "qk", layout)
     v = to_canonical(v, "v", layout)
@@ -191,14 +275,18 @@ def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str
                          f"with B={B} and T={T} from q")
     if G == 0 or H % G != 0:
         raise ShapeError(f"v: got H={H} heads, expected a multiple of q's G={G} groups")
-    if log_alpha.shape != (B, H, T):
+    la_shape, la_spell = ((B, H, T, dk), f"{gv_spell} (vector gate)") if vector else ((B, H, T), g_spell)
+    if log_alpha.shape != la_shape:
         raise ShapeError(f"log_alpha: got shape {back(log_alpha.shape, 'gate')}, expected "
-                         f"{back((B, H, T), 'gate')} {g_spell}")
+                         f"{back(la_shape, 'gate')} {la_spell}")
+    cu = check_cu_seqlens(cu_seqlens, B, T)
+    NS, ns_spell = (B, "B") if cu is None else (len(cu) - 1, "N")
+    st_spell = f"({ns_spell}, H, dk, dv)"
     if h0 is None:
-        h0 = np.zeros((B, H, dk, dv))
+        h0 = np.zeros((NS, H, dk, dv))
     else:
         h0 = to_float64(h0, "h0")
-        _check_shape(h0, "h0", (B, H, dk, dv), "(B, H, dk, dv)")
+        _check_shape(h0, "h0", (NS, H, dk, dv), st_spell)
     if do is not None:
         do = to_canonical(to_float64(do, "do"), "v", layout)
         if do.shape != (B, H, T, dv):
@@ -207,7 +295,7 @@ def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str
         raise ShapeError("do: got None, expected the cotangent of o")
     if dh_T is not None:
         dh_T = to_float64(dh_T, "dh_T")
-        _check_shape(dh_T, "dh_T", (B, H, dk, dv), "(B, H, dk, dv) like h_T")
+        _check_shape(dh_T, "dh_T", (NS, H, dk, dv), f"{st_spell} like h_T")
 
     if not allow_nonfinite:
         for name, a in (("q", q), ("k", k), ("v", v), ("log_alpha", log_alpha), ("h0", h0),
@@ -215,4 +303,4 @@ def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str
             if a is not None:
                 # report the index in the caller's layout
                 _check_finite(from_canonical(a, _KIND[name], layout), name)
-    return Problem(q, k, v, log_alpha, h0, do, dh_T, Dims(B, G, H, T, dk, dv))
+    return Problem(q, k, v, log_alpha, h0, do, dh_T, Dims(B, G, H, T, dk, dv), cu)

@@ -2,8 +2,15 @@
 
 Canonical "bhtd" float64 arrays in, float64 arrays out (see ``_inputs``):
 
-    forward(q, k, v, log_alpha, h0, scale) -> (o, h_T)
-    vjp(q, k, v, log_alpha, h0, do, dh_T, scale, per_head=False) -> (dq, dk, dv, dlog_alpha, dh0)
+    forward(q, k, v, log_alpha, h0, scale, cu_seqlens=None) -> (o, h_T)
+    vjp(q, k, v, log_alpha, h0, do, dh_T, scale, per_head=False, cu_seqlens=None)
+        -> (dq, dk, dv, dlog_alpha, dh0)
+
+log_alpha (B, H, T) is a scalar gate, (B, H, T, dk) a vector gate (one decay per key dimension:
+the pair loop of the "vector gates" section below). The parallel drivers run over independent
+sequences: the B batch rows, or the N packed sequences of ``cu_seqlens`` (row 0, steps
+cu[n]:cu[n+1], state index n), each with the same per-head code as an unpacked call, so packed
+and one-by-one results are the same bits.
 
 The equations are those of ``_reference`` (docs/math.md, sections 1 and 2), evaluated chunk by
 chunk so that most of the work is matrix products: BLAS dgemm, called from the compiled code
@@ -83,6 +90,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange, types
 
 CHUNK = 32
+VCHUNK = 32   # vector gates (tools/bench_oracle.py --gate vector)
 
 _JIT = dict(fastmath=False, cache=True)
 
@@ -241,31 +249,318 @@ def _forward_head(q, k, v, log_alpha, h0, scale, C, o, h_T, QK):  # pragma: no c
         _gemm(True, False, 1.0, Xc, V, atot, S, ab)
 
 
+# ---- vector gates (log_alpha (T, dk) per head: one decay per key dimension) ------------------
+#
+# Per chunk, with al[j, i] = alpha_{t0+j}[i] and E[r, s, i] = al[s+1, i] ... al[r, i] (s <= r):
+#
+#     din[j, i]  = al[0, i] ... al[j, i]           dout[j, i] = al[j+1, i] ... al[L-1, i]
+#     A[r, s]    = sum_i q_r[i] k_s[i] E[r, s, i]  (s <= r; 0 above the diagonal)
+#     O          = scale * ((din o Q) S0 + A V)        S_end = diag(atot) S0 + (dout o K)^T V
+#
+# The decays differ per dimension i, so A is not a masked Q K^T: it is formed pair by pair
+# (``_vec_pairs``), E[r, s, :] as a running product over r for each s (the same products of
+# alphas as the step-by-step recurrence, never exp(b_r) / exp(b_s)). The backward's dQ and dK
+# need the same products, so the pair loop forms them too:
+#
+#     dQ[r] = din[r] o (scale dO_r S0^T) + scale sum_{s <= r} dA[r, s] k_s o E[r, s]
+#     dK[s] = dout[s] o (V_s Gn^T)       + scale sum_{r >= s} dA[r, s] q_r o E[r, s]
+#     dV    = (dout o K) Gn + scale A^T dO              Gn <- diag(atot) Gn + scale (din o Q)^T dO
+#
+# with dA[r, s] = do_r . v_s, and dlog_alpha per dimension (the scalar expansion, row by row):
+#
+#     dlog_alpha_j[i] = atot[i] sum_m S0[i, m] Gn[i, m]
+#                     + sum_{r >= j} q_r[i] dQ_inter[r, i] + sum_{s < j} k_s[i] dK_inter[s, i]
+#                     + scale sum_{r >= j > s} dA[r, s] q_r[i] k_s[i] E[r, s, i]
+
+
+@njit(**_JIT)
+def _vec_decays(log_alpha, t0, L, al, din, dout):  # pragma: no cover - compiled
+    """al, din, dout (L x dk) of the chunk starting at t0; products of alphas only."""
+    dk = log_alpha.shape[1]
+    for j in range(L):
+        for i in range(dk):
+            al[j, i] = np.exp(log_alpha[t0 + j, i])
+    for i in range(dk):
+        din[0, i] = al[0, i]
+        dout[L - 1, i] = 1.0
+    for j in range(1, L):
+        for i in range(dk):
+            din[j, i] = din[j - 1, i] * al[j, i]
+    for j in range(L - 2, -1, -1):
+        for i in range(dk):
+            dout[j, i] = dout[j + 1, i] * al[j + 1, i]
+
+
+@njit(**_JIT)
+def _rows_times(W, X, out):  # pragma: no cover - compiled
+    """out = W o X, elementwise (rows of equal length)."""
+    for j in range(X.shape[0]):
+        for i in range(X.shape[1]):
+            out[j, i] = W[j, i] * X[j, i]
+
+
+@njit(**_JIT)
+def _scale_rows(S, w):  # pragma: no cover - compiled
+    """S[i, :] *= w[i] (S is dk x dv: the state's rows are the key dimensions)."""
+    for i in range(S.shape[0]):
+        wi = w[i]
+        for m in range(S.shape[1]):
+            S[i, m] *= wi
+
+
+@njit(**_JIT)
+def _scale_cols(ST, w):  # pragma: no cover - compiled
+    """ST[:, i] *= w[i] (ST is a transposed state, dv x dk)."""
+    for m in range(ST.shape[0]):
+        for i in range(ST.shape[1]):
+            ST[m, i] *= w[i]
+
+
+@njit(**_JIT)
+def _vec_pairs(Q, K, al, L, A, e, w, dA, scale, dQa, dKa, T4, Wb):  # pragma: no cover - compiled
+    """A[r, s] = sum_i q_r[i] k_s[i] E[r, s, i] for s <= r (0 above), E as running products.
+
+    With ``dA`` (not None: the backward) also dQa[r] = sum_s dA[r, s] k_s o E[r, s],
+    dKa[s] = sum_r dA[r, s] q_r o E[r, s] and T4[j] = sum_{r >= j > s} dA[r, s] q_r o k_s o E[r, s]
+    (dQa, dKa, T4 are overwritten). e, w: dk scratch; Wb: L x dk scratch.
+    """
+    dk = Q.shape[1]
+    if dA is not None:
+        dQa[:, :] = 0.0
+        dKa[:, :] = 0.0
+        T4[:, :] = 0.0
+    for s in range(L):
+        for r in range(s):
+            A[r, s] = 0.0
+        ks = K[s]
+        for i in range(dk):
+            e[i] = 1.0
+            w[i] = ks[i]
+        for r in range(s, L):
+            qr = Q[r]
+            if r > s:
+                ar = al[r]
+                for i in range(dk):
+                    ei = e[i] * ar[i]
+                    e[i] = ei
+                    w[i] = ks[i] * ei       # w = k_s o E[r, s]
+            A[r, s] = _dot(qr, w)
+            if dA is not None:
+                g = dA[r, s]
+                dq = dQa[r]
+                dkk = dKa[s]
+                if r > s:
+                    wb = Wb[r]
+                    for i in range(dk):
+                        dq[i] += g * w[i]
+                        dkk[i] += g * (qr[i] * e[i])
+                        wb[i] = g * (qr[i] * w[i])
+                else:
+                    for i in range(dk):
+                        dq[i] += g * w[i]
+                        dkk[i] += g * qr[i]
+        if dA is not None:
+            # T4[j] += sum_{r >= j} Wb[r] for j = s+1 .. L-1 (suffix sums over r, this s only)
+            for i in range(dk):
+                e[i] = 0.0
+            for r in range(L - 1, s, -1):
+                wb = Wb[r]
+                t4 = T4[r]
+                for i in range(dk):
+                    e[i] += wb[i]
+                    t4[i] += e[i]
+
+
+@njit(**_JIT)
+def _forward_head_vec(q, k, v, log_alpha, h0, scale, C, o, h_T):  # pragma: no cover - compiled
+    """One (sequence, head) with vector gates: q, k (T, dk); v, o (T, dv); log_alpha (T, dk)."""
+    T, dk = q.shape
+    ab = np.empty(2)
+    al = np.empty((C, dk))
+    din = np.empty((C, dk))
+    dout = np.empty((C, dk))
+    A = np.empty((C, C))
+    Xd = np.empty((C, dk))
+    e = np.empty(dk)
+    w = np.empty(dk)
+    S = h_T  # the running state lives in the output
+    S[:, :] = h0
+    for t0 in range(0, T, C):
+        L = min(C, T - t0)
+        Q = q[t0:t0 + L]
+        K = k[t0:t0 + L]
+        V = v[t0:t0 + L]
+        Oc = o[t0:t0 + L]
+        Ac = A[:L, :L]
+        Xc = Xd[:L]
+        _vec_decays(log_alpha, t0, L, al, din, dout)
+        _vec_pairs(Q, K, al, L, Ac, e, w, None, scale, Xc, Xc, Xc, Xc)
+        # O = scale (din o Q) S0 + scale A V
+        _rows_times(din, Q, Xc)
+        _gemm(False, False, scale, Xc, S, 0.0, Oc, ab)
+        _gemm(False, False, scale, Ac, V, 1.0, Oc, ab)
+        # S_end = diag(atot) S0 + (dout o K)^T V
+        _scale_rows(S, din[L - 1])
+        _rows_times(dout, K, Xc)
+        _gemm(True, False, 1.0, Xc, V, 1.0, S, ab)
+
+
+@njit(**_JIT)
+def _vjp_head_vec(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
+                  dq, dk, accumulate, dv, dla, dh0, starts):  # pragma: no cover - compiled
+    """One (sequence, head) with vector gates; dla (T, dk). Otherwise as ``_vjp_head``."""
+    T, dk_ = q.shape
+    dv_ = v.shape[1]
+    n_chunks = (T + C - 1) // C
+    ab = np.empty(2)
+    al = np.empty((C, dk_))
+    din = np.empty((C, dk_))
+    dout = np.empty((C, dk_))
+    Xk = np.empty((C, dk_))
+    Yk = np.empty((C, dk_))
+    dQa = np.empty((C, dk_))
+    dKa = np.empty((C, dk_))
+    T4 = np.empty((C, dk_))
+    Wb = np.empty((C, dk_))
+    A = np.empty((C, C))
+    dA = np.empty((C, C))
+    e = np.empty(dk_)
+    w = np.empty(dk_)
+    t1 = np.empty(dk_)
+    acc = np.empty(dk_)
+
+    # Pass 1: the state at the start of every chunk, transposed (dv, dk) as in ``_vjp_head``.
+    S = np.empty((dv_, dk_))
+    S[:, :] = h0.T
+    for c in range(n_chunks):
+        t0 = c * C
+        L = min(C, T - t0)
+        starts[c] = S
+        _vec_decays(log_alpha, t0, L, al, din, dout)
+        _scale_cols(S, din[L - 1])
+        _rows_times(dout, k[t0:t0 + L], Xk[:L])
+        _gemm(True, False, 1.0, v[t0:t0 + L], Xk[:L], 1.0, S, ab)
+
+    # Pass 2: chunks in reverse with the carry Gn^T (dv, dk).
+    GnT = np.empty((dv_, dk_))
+    if has_dh_T:
+        GnT[:, :] = dh_T.T
+    else:
+        GnT[:, :] = 0.0
+    for c in range(n_chunks - 1, -1, -1):
+        t0 = c * C
+        L = min(C, T - t0)
+        Q = q[t0:t0 + L]
+        K = k[t0:t0 + L]
+        V = v[t0:t0 + L]
+        dO = do[t0:t0 + L]
+        dVc = dv[t0:t0 + L]
+        dlc = dla[t0:t0 + L]
+        S0 = starts[c]
+        Ac = A[:L, :L]
+        dAc = dA[:L, :L]
+        Xkc = Xk[:L]
+        Ykc = Yk[:L]
+        _vec_decays(log_alpha, t0, L, al, din, dout)
+        atot = din[L - 1]
+
+        _gemm(False, True, 1.0, dO, V, 0.0, dAc, ab)   # dA[r, s] = do_r . v_s
+        _vec_pairs(Q, K, al, L, Ac, e, w, dAc, scale, dQa, dKa, T4, Wb)
+
+        # term 1: atot[i] sum_m S0[i, m] Gn[i, m] (S0 and Gn both stored transposed)
+        for i in range(dk_):
+            t1[i] = 0.0
+        for m in range(dv_):
+            for i in range(dk_):
+                t1[i] += S0[m, i] * GnT[m, i]
+        for i in range(dk_):
+            t1[i] *= atot[i]
+
+        # dQ = din o (scale dO S0^T) + scale dQa; term 2 = suffix sums of q_r o dQ_inter[r]
+        Yq = Ykc if accumulate else dq[t0:t0 + L]
+        _gemm(False, False, scale, dO, S0, 0.0, Yq, ab)
+        for i in range(dk_):
+            acc[i] = 0.0
+        for j in range(L - 1, -1, -1):
+            for i in range(dk_):
+                x = din[j, i] * Yq[j, i]
+                Yq[j, i] = x
+                acc[i] += Q[j, i] * x
+                dlc[j, i] = t1[i] + acc[i]
+        for j in range(L):
+            for i in range(dk_):
+                Yq[j, i] += scale * dQa[j, i]
+        if accumulate:
+            _add_into(dq[t0:t0 + L], Ykc)
+
+        # dK = dout o (V Gn^T) + scale dKa; term 3 = prefix sums (s < j) of k_s o dK_inter[s]
+        Yk_ = Ykc if accumulate else dk[t0:t0 + L]
+        _gemm(False, False, 1.0, V, GnT, 0.0, Yk_, ab)
+        for i in range(dk_):
+            acc[i] = 0.0
+        for j in range(L):
+            for i in range(dk_):
+                x = dout[j, i] * Yk_[j, i]
+                Yk_[j, i] = x + scale * dKa[j, i]
+                dlc[j, i] += acc[i]
+                acc[i] += K[j, i] * x
+        if accumulate:
+            _add_into(dk[t0:t0 + L], Ykc)
+
+        # dV = (dout o K) Gn + scale A^T dO
+        _rows_times(dout, K, Xkc)
+        _gemm(False, True, 1.0, Xkc, GnT, 0.0, dVc, ab)
+        _gemm(True, False, scale, Ac, dO, 1.0, dVc, ab)
+
+        # term 4
+        for j in range(L):
+            for i in range(dk_):
+                dlc[j, i] += scale * T4[j, i]
+
+        # carry into the previous chunk: Gn <- diag(atot) Gn + scale (din o Q)^T dO, transposed
+        _scale_cols(GnT, atot)
+        _rows_times(din, Q, Xkc)
+        _gemm(True, False, scale, dO, Xkc, 1.0, GnT, ab)
+    dh0[:, :] = GnT.T
+
+
 @njit(parallel=True, **_JIT)
-def _forward_kernel(q, k, v, log_alpha, h0, scale, C, n_workers, grouped,
+def _forward_kernel(q, k, v, log_alpha, h0, scale, C, n_workers, grouped, vector, sb, st0, st1,
                     o, h_T):  # pragma: no cover - compiled
-    """Workers over (b, g) groups (``grouped``: Q K^T once per group) or over (b, h) pairs."""
-    B, G, T, dk_ = q.shape
+    """Workers over (sequence, group) items (``grouped``: Q K^T once per group) or over
+    (sequence, head) pairs. Sequence n is row sb[n], steps st0[n]:st1[n], state index n.
+    log_alpha is (B, H, T, 1) for scalar gates, (B, H, T, dk) for vector gates (``vector``)."""
+    G = q.shape[1]
+    T = q.shape[2]
     H = v.shape[1]
     hpg = H // G
+    NS = sb.shape[0]
     n_chunks = (T + C - 1) // C
-    n_items = B * G if grouped else B * H
+    n_items = NS * G if grouped else NS * H
     for w in prange(n_workers):
         ab = np.empty(2)
         QK = np.empty((max(n_chunks, 1), C, C))
         for item in range(w, n_items, n_workers):
             if grouped:
-                b = item // G
-                g = item - b * G
+                n = item // G
+                g = item - n * G
                 first, count = g * hpg, hpg
             else:
-                b = item // H
-                first, count = item - b * H, 1
+                n = item // H
+                first, count = item - n * H, 1
                 g = first // hpg
-            _qk_chunks(q[b, g], k[b, g], C, QK, ab)
+            b, t0, t1 = sb[n], st0[n], st1[n]
+            if not vector:
+                _qk_chunks(q[b, g, t0:t1], k[b, g, t0:t1], C, QK, ab)
             for h in range(first, first + count):
-                _forward_head(q[b, g], k[b, g], v[b, h], log_alpha[b, h], h0[b, h], scale, C,
-                              o[b, h], h_T[b, h], QK)
+                if vector:
+                    _forward_head_vec(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1],
+                                      log_alpha[b, h, t0:t1], h0[n, h], scale, C,
+                                      o[b, h, t0:t1], h_T[n, h])
+                else:
+                    _forward_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1],
+                                  log_alpha[b, h, t0:t1, 0], h0[n, h], scale, C,
+                                  o[b, h, t0:t1], h_T[n, h], QK)
 
 
 @njit(**_JIT)
@@ -396,49 +691,72 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
     dh0[:, :] = GnT.T
 
 
+@njit(**_JIT)
+def _vjp_item(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector, b, g, h, n, t0, t1,
+              dq, dk, accumulate, dv, dla, dh0, starts, QK):  # pragma: no cover - compiled
+    """Head h of sequence n (row b, steps t0:t1) into dq, dk (T, dk) of its group or head."""
+    if vector:
+        _vjp_head_vec(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1], log_alpha[b, h, t0:t1],
+                      h0[n, h], do[b, h, t0:t1], dh_T[n, h] if has_dh_T else dh_T[0, 0],
+                      has_dh_T, scale, C, dq[t0:t1], dk[t0:t1], accumulate, dv[b, h, t0:t1],
+                      dla[b, h, t0:t1], dh0[n, h], starts)
+    else:
+        _vjp_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1], log_alpha[b, h, t0:t1, 0],
+                  h0[n, h], do[b, h, t0:t1], dh_T[n, h] if has_dh_T else dh_T[0, 0], has_dh_T,
+                  scale, C, dq[t0:t1], dk[t0:t1], accumulate, dv[b, h, t0:t1],
+                  dla[b, h, t0:t1, 0], dh0[n, h], starts, QK)
+
+
 @njit(parallel=True, **_JIT)
-def _vjp_heads_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, n_workers,
-                      dqh, dkh, dv, dla, dh0):  # pragma: no cover - compiled
-    """Workers over (b, h) pairs (pair p goes to worker p % n_workers); dq, dk per head."""
-    B, G, T, dk_ = q.shape
+def _vjp_heads_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, n_workers, vector,
+                      sb, st0, st1, dqh, dkh, dv, dla, dh0):  # pragma: no cover - compiled
+    """Workers over (sequence, head) pairs (pair p goes to worker p % n_workers); dq, dk per head.
+    dla is (B, H, T, 1) for scalar gates, (B, H, T, dk) for vector gates."""
+    G = q.shape[1]
+    T, dk_ = q.shape[2], q.shape[3]
     H, dv_ = v.shape[1], v.shape[3]
     hpg = H // G
+    NS = sb.shape[0]
     n_chunks = (T + C - 1) // C
     for w in prange(n_workers):
         ab = np.empty(2)
         starts = np.empty((max(n_chunks, 1), dv_, dk_))
         QK = np.empty((max(n_chunks, 1), C, C))
-        for bh in range(w, B * H, n_workers):
-            b = bh // H
-            h = bh - b * H
+        for nh in range(w, NS * H, n_workers):
+            n = nh // H
+            h = nh - n * H
             g = h // hpg
-            _qk_chunks(q[b, g], k[b, g], C, QK, ab)
-            _vjp_head(q[b, g], k[b, g], v[b, h], log_alpha[b, h], h0[b, h], do[b, h],
-                      dh_T[b, h] if has_dh_T else dh_T[0, 0], has_dh_T, scale, C,
-                      dqh[b, h], dkh[b, h], False, dv[b, h], dla[b, h], dh0[b, h], starts, QK)
+            b, t0, t1 = sb[n], st0[n], st1[n]
+            if not vector:
+                _qk_chunks(q[b, g, t0:t1], k[b, g, t0:t1], C, QK, ab)
+            _vjp_item(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector, b, g, h, n,
+                      t0, t1, dqh[b, h], dkh[b, h], False, dv, dla, dh0, starts, QK)
 
 
 @njit(parallel=True, **_JIT)
-def _vjp_groups_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, n_workers,
-                       dq, dk, dv, dla, dh0):  # pragma: no cover - compiled
-    """Workers over (b, g) groups; the heads of a group run in order, adding into dq, dk."""
-    B, G, T, dk_ = q.shape
+def _vjp_groups_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, n_workers, vector,
+                       sb, st0, st1, dq, dk, dv, dla, dh0):  # pragma: no cover - compiled
+    """Workers over (sequence, group) items; the heads of a group run in order, adding into dq, dk."""
+    G = q.shape[1]
+    T, dk_ = q.shape[2], q.shape[3]
     H, dv_ = v.shape[1], v.shape[3]
     hpg = H // G
+    NS = sb.shape[0]
     n_chunks = (T + C - 1) // C
     for w in prange(n_workers):
         ab = np.empty(2)
         starts = np.empty((max(n_chunks, 1), dv_, dk_))
         QK = np.empty((max(n_chunks, 1), C, C))
-        for bg in range(w, B * G, n_workers):
-            b = bg // G
-            g = bg - b * G
-            _qk_chunks(q[b, g], k[b, g], C, QK, ab)
+        for ng in range(w, NS * G, n_workers):
+            n = ng // G
+            g = ng - n * G
+            b, t0, t1 = sb[n], st0[n], st1[n]
+            if not vector:
+                _qk_chunks(q[b, g, t0:t1], k[b, g, t0:t1], C, QK, ab)
             for j in range(hpg):
                 h = g * hpg + j
-                _vjp_head(q[b, g], k[b, g], v[b, h], log_alpha[b, h], h0[b, h], do[b, h],
-                          dh_T[b, h] if has_dh_T else dh_T[0, 0], has_dh_T, scale, C,
-                          dq[b, g], dk[b, g], j > 0, dv[b, h], dla[b, h], dh0[b, h], starts, QK)
+                _vjp_item(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector, b, g, h,
+                          n, t0, t1, dq[b, g], dk[b, g], j > 0, dv, dla, dh0, starts, QK)
 
 
 @njit(parallel=True, **_JIT)
@@ -498,44 +816,73 @@ def _one_blas_thread():
     return _CONTROLLER.limit(limits=1, user_api="blas")
 
 
-def forward(q, k, v, log_alpha, h0, scale=1.0):
-    """Return (o, h_T) of the recurrence. o: (B, H, T, dv), h_T: (B, H, dk, dv)."""
+def _spans(B: int, T: int, cu_seqlens):
+    """(row, start, end) arrays of the independent sequences; their index is the state index."""
+    if cu_seqlens is None:
+        return (np.arange(B, dtype=np.int64), np.zeros(B, dtype=np.int64),
+                np.full(B, T, dtype=np.int64))
+    cu = np.asarray(cu_seqlens, dtype=np.int64)
+    N = len(cu) - 1
+    return np.zeros(N, dtype=np.int64), np.ascontiguousarray(cu[:-1]), np.ascontiguousarray(cu[1:])
+
+
+def _gates(log_alpha):
+    """(log_alpha as the kernels take it, vector?, chunk size): scalar gates get a trailing axis
+    of 1 so that both kinds are 4-D (one compiled driver)."""
+    if log_alpha.ndim == 4:
+        return log_alpha, True, VCHUNK
+    return log_alpha[..., None], False, CHUNK
+
+
+def forward(q, k, v, log_alpha, h0, scale=1.0, cu_seqlens=None):
+    """Return (o, h_T) of the recurrence. o: (B, H, T, dv), h_T: (B, H, dk, dv) ((N, H, dk, dv)
+    with cu_seqlens). log_alpha (B, H, T) or (B, H, T, dk) (vector gates)."""
     q, k, v, log_alpha, h0 = _c64(q), _c64(k), _c64(v), _c64(log_alpha), _c64(h0)
     B, H, T, dv = v.shape
-    dk = q.shape[3]
-    o = np.empty((B, H, T, dv))
-    h_T = np.empty((B, H, dk, dv))
+    G, dk = q.shape[1], q.shape[3]
+    sb, st0, st1 = _spans(B, T, cu_seqlens)
+    NS = len(sb)
+    la4, vector, C = _gates(log_alpha)
+    o = np.zeros((B, H, T, dv))
+    h_T = np.empty((NS, H, dk, dv))
     n_threads = get_num_threads()
-    grouped = B * q.shape[1] >= n_threads
-    n_workers = max(1, min(n_threads, B * q.shape[1] if grouped else B * H))
+    grouped = NS * G >= n_threads
+    n_workers = max(1, min(n_threads, NS * G if grouped else NS * H))
     with _one_blas_thread():
-        _forward_kernel(q, k, v, log_alpha, h0, float(scale), CHUNK, n_workers, grouped, o, h_T)
+        _forward_kernel(q, k, v, la4, h0, float(scale), C, n_workers, grouped, vector,
+                        sb, st0, st1, o, h_T)
     return o, h_T
 
 
-def vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False):
+def vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False, cu_seqlens=None):
     """Return (dq, dk, dv, dlog_alpha, dh0): the gradient of L = sum(o * do) + sum(h_T * dh_T).
 
     With ``per_head=True`` dq and dk come back per head, (B, H, T, dk), before the group sum.
+    dlog_alpha has log_alpha's shape; dh0 h0's ((N, H, dk, dv) with cu_seqlens).
     """
     q, k, v, log_alpha, h0, do = (_c64(q), _c64(k), _c64(v), _c64(log_alpha), _c64(h0),
                                   _c64(do))
     B, G, T, dk = q.shape
     H, dv = v.shape[1], v.shape[3]
+    sb, st0, st1 = _spans(B, T, cu_seqlens)
+    NS = len(sb)
+    la4, vector, C = _gates(log_alpha)
     has_dh_T = dh_T is not None
     dh_T_arr = _c64(dh_T) if has_dh_T else np.zeros((1, 1, dk, dv))
-    dvv = np.empty((B, H, T, dv))
-    dla = np.empty((B, H, T))
-    dh0 = np.empty((B, H, dk, dv))
+    dvv = np.zeros((B, H, T, dv))
+    dla4 = np.zeros(la4.shape)
+    dla = dla4 if vector else dla4[..., 0]
+    dh0 = np.empty((NS, H, dk, dv))
     n_threads = get_num_threads()
-    grouped = not (per_head or G == H or B * G < n_threads)
-    n_workers = max(1, min(n_threads, B * G if grouped else B * H))
-    args = (q, k, v, log_alpha, h0, do, dh_T_arr, has_dh_T, float(scale), CHUNK, n_workers)
+    grouped = not (per_head or G == H or NS * G < n_threads)
+    n_workers = max(1, min(n_threads, NS * G if grouped else NS * H))
+    args = (q, k, v, la4, h0, do, dh_T_arr, has_dh_T, float(scale), C, n_workers, vector,
+            sb, st0, st1)
     with _one_blas_thread():
         if not grouped:
-            dqh = np.empty((B, H, T, dk))
-            dkh = np.empty((B, H, T, dk))
-            _vjp_heads_kernel(*args, dqh, dkh, dvv, dla, dh0)
+            dqh = np.zeros((B, H, T, dk))
+            dkh = np.zeros((B, H, T, dk))
+            _vjp_heads_kernel(*args, dqh, dkh, dvv, dla4, dh0)
             if per_head or G == H:
                 return dqh, dkh, dvv, dla, dh0
             dq = np.empty((B, G, T, dk))
@@ -544,7 +891,7 @@ def vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False):
             del dqh
             _group_sum_kernel(dkh, dkg)
             return dq, dkg, dvv, dla, dh0
-        dq = np.empty((B, G, T, dk))
-        dkg = np.empty((B, G, T, dk))
-        _vjp_groups_kernel(*args, dq, dkg, dvv, dla, dh0)
+        dq = np.zeros((B, G, T, dk))
+        dkg = np.zeros((B, G, T, dk))
+        _vjp_groups_kernel(*args, dq, dkg, dvv, dla4, dh0)
         return dq, dkg, dvv, dla, dh0

@@ -22,16 +22,33 @@ h0 ~ N(0, 1). q and k are N(0, 1/dk) (attention's 1/sqrt(dk) scaling, so o stays
     ragged        standard, at T in (1, 63, 65, 1000)                    (chunk-boundary cases)
     tiny_dims     standard, at dk = dv = 1
     long          standard, T = 65536, B = G = H = 1, dk, dv <= 16       (slow)
+    mixed_dims    per gate channel a class: near 1, standard or strongly decayed (not default)
+
+Gate kinds. ``make_inputs(..., gate="vector")`` makes vector gates, log_alpha (B, H, T, dk): every
+regime draws its gates per key dimension from the same distribution (strong_decay, say, decays
+every dimension strongly). ``mixed_dims`` is the regime of per-dimension variety: each key
+dimension of each head is, for the whole sequence, near 1 (-1e-4 * U(0.5, 1.5)), standard
+(logsigmoid(N(0, 1))) or strongly decayed (logsigmoid(N(0, 1)) / 0.1, down to ~ -30), with
+probabilities 1/3 each; with scalar gates the class is drawn per head instead. It is not among
+``DEFAULT_REGIMES`` (the audit's default grid is unchanged); ask for it by name. With
+``gate="scalar"`` (the default) every regime draws exactly what it drew before vector gates
+existed: the same arrays for the same (regime, dims, seed).
+
+Packed sequences. ``make_inputs(..., cu_seqlens=cu)`` (B = 1) gives h0 and dh_T one row per
+sequence, (N, H, dk, dv), and sets ``Problem.cu_seqlens``; ``random_cu_seqlens(T, N, seed)``
+draws N random lengths (empty ones included) that fill T.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
-from ._inputs import Dims, Problem
+from ._inputs import Dims, Problem, check_cu_seqlens
+
+GATES = ("scalar", "vector")
 
 RAGGED_T = (1, 63, 65, 1000)
 LONG_T = 65536
@@ -44,75 +61,100 @@ POSITIVE_TOTAL_MEAN = 2.0      # mean of sum_t log_alpha_t over the whole sequen
 LARGE_VALUES_SCALE = 1e2
 H0_DOMINANT_SCALE = 1e3
 H0_DOMINANT_GATE_SHIFT = 4.0
+MIXED_NEAR_ONE = -1e-4          # mixed_dims: the "near 1" class, times U(0.5, 1.5)
+
+
+class _Spec(NamedTuple):
+    """What a regime makes besides the sizes: the gate kind and the number of states (B, or N
+    packed sequences)."""
+
+    gate: str
+    n_states: int
 
 
 def _logsigmoid(x: np.ndarray) -> np.ndarray:
     return -np.logaddexp(0.0, -x)
 
 
-def _normal_problem(dims: Dims, rng: np.random.Generator, log_alpha: np.ndarray,
+def _normal_problem(dims: Dims, rng: np.random.Generator, log_alpha: np.ndarray, spec: _Spec,
                     qkv_scale: float = 1.0, h0_scale: float = 1.0) -> Problem:
     B, G, H, T, dk, dv = dims.B, dims.G, dims.H, dims.T, dims.dk, dims.dv
+    NS = spec.n_states
     # q and k scaled by 1/sqrt(dk) as attention does, so o stays O(1) in dk.
     s = qkv_scale / np.sqrt(max(dk, 1))
     q = s * rng.standard_normal((B, G, T, dk))
     k = s * rng.standard_normal((B, G, T, dk))
     v = qkv_scale * rng.standard_normal((B, H, T, dv))
-    h0 = h0_scale * rng.standard_normal((B, H, dk, dv))
+    h0 = h0_scale * rng.standard_normal((NS, H, dk, dv))
     do = rng.standard_normal((B, H, T, dv))
-    dh_T = rng.standard_normal((B, H, dk, dv))
+    dh_T = rng.standard_normal((NS, H, dk, dv))
     return Problem(q, k, v, log_alpha, h0, do, dh_T, dims)
 
 
-def _gate_shape(dims: Dims) -> tuple[int, int, int]:
+def _gate_shape(dims: Dims, spec: _Spec) -> tuple[int, ...]:
+    if spec.gate == "vector":
+        return (dims.B, dims.H, dims.T, dims.dk)
     return (dims.B, dims.H, dims.T)
 
 
-def _standard_gates(dims: Dims, rng: np.random.Generator) -> np.ndarray:
-    return _logsigmoid(rng.standard_normal(_gate_shape(dims)))
+def _standard_gates(dims: Dims, rng: np.random.Generator, spec: _Spec) -> np.ndarray:
+    return _logsigmoid(rng.standard_normal(_gate_shape(dims, spec)))
 
 
-def _standard(dims: Dims, rng: np.random.Generator) -> Problem:
-    return _normal_problem(dims, rng, _standard_gates(dims, rng))
+def _standard(dims: Dims, rng: np.random.Generator, spec: _Spec) -> Problem:
+    return _normal_problem(dims, rng, _standard_gates(dims, rng, spec), spec)
 
 
-def _strong_decay(dims: Dims, rng: np.random.Generator) -> Problem:
-    la = _logsigmoid(rng.standard_normal(_gate_shape(dims))) / STRONG_DECAY_DIVISOR
-    return _normal_problem(dims, rng, la)
+def _strong_decay(dims: Dims, rng: np.random.Generator, spec: _Spec) -> Problem:
+    la = _logsigmoid(rng.standard_normal(_gate_shape(dims, spec))) / STRONG_DECAY_DIVISOR
+    return _normal_problem(dims, rng, la, spec)
 
 
-def _near_one(dims: Dims, rng: np.random.Generator) -> Problem:
-    la = NEAR_ONE_LOG_ALPHA * rng.uniform(0.5, 1.5, _gate_shape(dims))
-    return _normal_problem(dims, rng, la)
+def _near_one(dims: Dims, rng: np.random.Generator, spec: _Spec) -> Problem:
+    la = NEAR_ONE_LOG_ALPHA * rng.uniform(0.5, 1.5, _gate_shape(dims, spec))
+    return _normal_problem(dims, rng, la, spec)
 
 
-def _zero_gate(dims: Dims, rng: np.random.Generator) -> Problem:
-    return _normal_problem(dims, rng, np.zeros(_gate_shape(dims)))
+def _zero_gate(dims: Dims, rng: np.random.Generator, spec: _Spec) -> Problem:
+    return _normal_problem(dims, rng, np.zeros(_gate_shape(dims, spec)), spec)
 
 
-def _positive(dims: Dims, rng: np.random.Generator) -> Problem:
+def _positive(dims: Dims, rng: np.random.Generator, spec: _Spec) -> Problem:
     # U(0, 2m/T) has mean m/T, so sum_t log_alpha_t has mean m and is at most 2m: exp(sum) stays
     # finite and moderate (<= e^4) at every T, while every step grows the state.
     hi = 2.0 * POSITIVE_TOTAL_MEAN / max(dims.T, 1)
-    return _normal_problem(dims, rng, rng.uniform(0.0, hi, _gate_shape(dims)))
+    return _normal_problem(dims, rng, rng.uniform(0.0, hi, _gate_shape(dims, spec)), spec)
 
 
-def _large_values(dims: Dims, rng: np.random.Generator) -> Problem:
-    return _normal_problem(dims, rng, _standard_gates(dims, rng), qkv_scale=LARGE_VALUES_SCALE)
+def _large_values(dims: Dims, rng: np.random.Generator, spec: _Spec) -> Problem:
+    return _normal_problem(dims, rng, _standard_gates(dims, rng, spec), spec,
+                           qkv_scale=LARGE_VALUES_SCALE)
 
 
-def _h0_dominant(dims: Dims, rng: np.random.Generator) -> Problem:
-    la = _logsigmoid(rng.standard_normal(_gate_shape(dims)) + H0_DOMINANT_GATE_SHIFT)
-    return _normal_problem(dims, rng, la, h0_scale=H0_DOMINANT_SCALE)
+def _h0_dominant(dims: Dims, rng: np.random.Generator, spec: _Spec) -> Problem:
+    la = _logsigmoid(rng.standard_normal(_gate_shape(dims, spec)) + H0_DOMINANT_GATE_SHIFT)
+    return _normal_problem(dims, rng, la, spec, h0_scale=H0_DOMINANT_SCALE)
 
 
-def _zero_inputs(dims: Dims, rng: np.random.Generator) -> Problem:
+def _zero_inputs(dims: Dims, rng: np.random.Generator, spec: _Spec) -> Problem:
     # Mild gates, so that the one nonzero result, dh0 = (prod_t alpha_t) dh_T, stays well inside
     # float32's range at the sizes the audit runs and still tests how the decays are applied.
-    la = _logsigmoid(rng.standard_normal(_gate_shape(dims)) + H0_DOMINANT_GATE_SHIFT)
-    p = _normal_problem(dims, rng, la)
+    la = _logsigmoid(rng.standard_normal(_gate_shape(dims, spec)) + H0_DOMINANT_GATE_SHIFT)
+    p = _normal_problem(dims, rng, la, spec)
     z = np.zeros_like
     return p._replace(q=z(p.q), k=z(p.k), v=z(p.v), h0=z(p.h0))
+
+
+def _mixed_dims(dims: Dims, rng: np.random.Generator, spec: _Spec) -> Problem:
+    # One class per gate channel, fixed over time: per key dimension of each head (vector gates)
+    # or per head (scalar gates). 0: near 1, 1: standard, 2: strongly decayed.
+    shape = _gate_shape(dims, spec)
+    channel = shape[:2] + shape[3:]                       # (B, H) or (B, H, dk)
+    cls = np.expand_dims(rng.integers(0, 3, channel), 2)  # broadcast over time
+    z = _logsigmoid(rng.standard_normal(shape))
+    near = MIXED_NEAR_ONE * rng.uniform(0.5, 1.5, shape)
+    la = np.select([cls == 0, cls == 1], [near, z], z / STRONG_DECAY_DIVISOR)
+    return _normal_problem(dims, rng, la, spec)
 
 
 def _ragged_cases(dims: Dims) -> list[Dims]:
@@ -131,17 +173,18 @@ def _long_cases(dims: Dims) -> list[Dims]:
 class Regime:
     name: str
     description: str
-    make: Callable[[Dims, np.random.Generator], Problem]
+    make: Callable[[Dims, np.random.Generator, _Spec], Problem]
     slow: bool = False
     cases_fn: Callable[[Dims], list[Dims]] | None = field(default=None)
+    default: bool = True     # among DEFAULT_REGIMES (when not slow)
 
     def cases(self, dims: Dims) -> list[Dims]:
         """The problem sizes this regime runs for the requested size ``dims``."""
         return [dims] if self.cases_fn is None else self.cases_fn(dims)
 
 
-def _r(name, description, make, slow=False, cases_fn=None) -> tuple[str, Regime]:
-    return name, Regime(name, description, make, slow, cases_fn)
+def _r(name, description, make, slow=False, cases_fn=None, default=True) -> tuple[str, Regime]:
+    return name, Regime(name, description, make, slow, cases_fn, default)
 
 
 REGIMES: dict[str, Regime] = dict([
@@ -160,9 +203,11 @@ REGIMES: dict[str, Regime] = dict([
     _r("tiny_dims", "standard inputs at dk = dv = 1", _standard, cases_fn=_tiny_cases),
     _r("long", "standard inputs, T = 65536, B = G = H = 1, dk, dv <= 16", _standard, slow=True,
        cases_fn=_long_cases),
+    _r("mixed_dims", "per key dimension (vector gates) or per head (scalar gates): near 1, "
+       "standard or strongly decayed (to ~ -30), fixed over time", _mixed_dims, default=False),
 ])
 
-DEFAULT_REGIMES = tuple(name for name, r in REGIMES.items() if not r.slow)
+DEFAULT_REGIMES = tuple(name for name, r in REGIMES.items() if not r.slow and r.default)
 
 
 def get(regime: str) -> Regime:
@@ -173,14 +218,38 @@ def get(regime: str) -> Regime:
         raise ValueError(f"regime: got {regime!r}, expected one of {sorted(REGIMES)}") from None
 
 
-def make_inputs(regime: str, dims: Dims, seed: int = 0) -> Problem:
+def make_inputs(regime: str, dims: Dims, seed: int = 0, *, gate: str = "scalar",
+                cu_seqlens=None) -> Problem:
     """The float64 "bhtd" inputs and cotangents of ``regime`` at size ``dims``, from ``seed``.
 
     ``dims`` is one of ``REGIMES[regime].cases(...)``'s sizes (any size is accepted: the generator
-    does not re-apply ``cases``). The same (regime, dims, seed) always gives the same arrays.
+    does not re-apply ``cases``). The same (regime, dims, seed, gate, cu_seqlens) always gives
+    the same arrays; the scalar-gate arrays are those of the three positional arguments alone.
+    ``gate``: "scalar" (log_alpha (B, H, T)) or "vector" ((B, H, T, dk)). ``cu_seqlens``: packed
+    sequences (dims.B = 1): h0 and dh_T are (N, H, dk, dv) and the problem carries the offsets.
     """
     r = get(regime)
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed: got {seed!r}, expected a non-negative integer")
-    rng = np.random.default_rng([int(seed), dims.B, dims.G, dims.H, dims.T, dims.dk, dims.dv])
-    return r.make(dims, rng)
+    if gate not in GATES:
+        raise ValueError(f"gate: got {gate!r}, expected one of {GATES}")
+    cu = check_cu_seqlens(cu_seqlens, dims.B, dims.T)
+    spec = _Spec(gate, dims.B if cu is None else len(cu) - 1)
+    key = [int(seed), dims.B, dims.G, dims.H, dims.T, dims.dk, dims.dv]
+    if cu is not None:   # packed: a stream of its own per set of offsets
+        key += [len(cu)] + cu.tolist()
+    rng = np.random.default_rng(key)
+    p = r.make(dims, rng, spec)
+    return p if cu is None else p._replace(cu_seqlens=cu)
+
+
+def random_cu_seqlens(T: int, N: int, seed: int = 0) -> np.ndarray:
+    """Offsets of N packed sequences filling T steps, lengths random (empty ones allowed): the
+    N - 1 inner offsets are uniform on [0, T], sorted. A pure function of (T, N, seed)."""
+    if N < 1:
+        raise ValueError(f"N: got {N!r}, expected a positive number of sequences")
+    if T < 0:
+        raise ValueError(f"T: got {T!r}, expected a non-negative number of steps")
+    rng = np.random.default_rng([int(seed), T, N])
+    inner = np.sort(rng.integers(0, T + 1, N - 1))
+    return np.concatenate([[0], inner, [T]]).astype(np.int64)

@@ -45,6 +45,14 @@ TOLERANCES: dict[str, Tolerance] = {
     # The trust tests use T <= 16, dk, dv <= 8, N <= 4096 (the tests assert it), so per
     # evaluation n <= 4*16 + 8 + 8 + 12 + 8 = 100. A chunked oracle that forms exp(b_t - b_s)
     # from cumulative sums b of log_alpha adds |b_t - b_s| u (exp's condition number).
+# Vector gates (log_alpha (B, H, T, dk), docs/math.md section 9) and packed sequences use the
+# same entries, by the same derivation: a term's path has the same roundings per step (the exp of
+# its own dimension's gate, the row scaling by it, the k v^T product, the add), the dot products
+# are over dk or dv as before (A[t, s] = sum_i q_t[i] k_s[i] e^{c_t[i] - c_s[i]} is one more dot
+# product over dk), and the Numba oracle forms every per-dimension decay as a running product of
+# alphas (no cumulative-sum exponent, so no |b_t - b_s| term); a packed sequence is one such
+# evaluation of its own, never longer than T. The vector-gate trust cases keep to the same sizes
+# (tests/test_reference_trust.py asserts it).
     "trust_f64_evaluation": Tolerance(
         100 * U64,
         "One float64 evaluation of the loss L on the trust shapes, relative to L on absolute "

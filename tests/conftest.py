@@ -50,13 +50,14 @@ def logsigmoid(x: np.ndarray) -> np.ndarray:
 
 def rand_problem(B: int, G: int, H: int, T: int, dk: int, dv: int, seed: int | list[int] = 0, *,
                  log_alpha: str | float | np.ndarray | Callable = "standard",
-                 h0_scale: float = 1.0) -> Problem:
+                 h0_scale: float = 1.0, vector_gate: bool = False) -> Problem:
     """Random canonical float64 "bhtd" inputs and cotangents (do and dh_T always random);
     ``seed`` is whatever ``np.random.default_rng`` takes.
 
     log_alpha: "standard" (logsigmoid(N(0, 1))), a number (that constant everywhere), an array of
     shape (B, H, T), or a callable ``f(rng, shape)``. q and k are N(0, 1/dk); v, do, dh_T N(0, 1);
-    h0 is ``h0_scale * N(0, 1)``.
+    h0 is ``h0_scale * N(0, 1)``. ``vector_gate=True``: log_alpha has shape (B, H, T, dk) (one
+    decay per key dimension), drawn the same way; the other arrays are unchanged.
     """
     rng = np.random.default_rng(seed)
     s = 1.0 / np.sqrt(max(dk, 1))
@@ -66,7 +67,7 @@ def rand_problem(B: int, G: int, H: int, T: int, dk: int, dv: int, seed: int | l
     h0 = h0_scale * rng.standard_normal((B, H, dk, dv))
     do = rng.standard_normal((B, H, T, dv))
     dh_T = rng.standard_normal((B, H, dk, dv))
-    shape = (B, H, T)
+    shape = (B, H, T, dk) if vector_gate else (B, H, T)
     if isinstance(log_alpha, str):
         if log_alpha != "standard":
             raise ValueError(f"log_alpha: got {log_alpha!r}, expected 'standard', a number, an array or a callable")
@@ -82,8 +83,8 @@ def abs_problem(p: Problem) -> Problem:
     """The problem on absolute values (decays unchanged): evaluating any implementation of the
     recurrence on it gives, per element, the sum of |terms| -- the scale rounding errors live on."""
     a = np.abs
-    return Problem(a(p.q), a(p.k), a(p.v), p.log_alpha, a(p.h0),
-                   None if p.do is None else a(p.do), None if p.dh_T is None else a(p.dh_T), p.dims)
+    return p._replace(q=a(p.q), k=a(p.k), v=a(p.v), h0=a(p.h0), do=None if p.do is None else a(p.do),
+                      dh_T=None if p.dh_T is None else a(p.dh_T))
 
 
 def rel_err(actual, desired) -> float:

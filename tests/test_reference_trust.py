@@ -46,6 +46,31 @@ MULTICHUNK_CASES = [
 ]
 CS_CASES = PROJ_CASES + MULTICHUNK_CASES
 
+# Vector gates (log_alpha (B, H, T, dk), docs/math.md section 9): the same checks on the same
+# sizes; the trailing dict is passed to conftest.rand_problem. "mixed dims" decays half of the key
+# dimensions strongly and leaves the others near 1, the case that per-dimension decay adds.
+V = {"vector_gate": True}
+
+
+def _mixed_dims(rng, s):
+    """Per key dimension: every other dimension strongly decayed (~ -20), the rest near 1."""
+    strong = (np.arange(s[-1]) % 2 == 0)
+    return np.where(strong, -20.0 * rng.uniform(0.5, 1.5, s), -1e-3 * rng.uniform(0.5, 1.5, s))
+
+
+VEC_PROJ_CASES = [
+    ("vec_g1h3", (2, 1, 3, 11, 4, 3), "standard", 0.7, 1.0, V),
+    ("vec_g2h4_growth", (1, 2, 4, 16, 4, 4), lambda rng, s: 0.1 * rng.random(s), 0.45, 0.5, V),
+    ("vec_g1h1_strong", (1, 1, 1, 7, 2, 3), lambda rng, s: -3.0 - 3.0 * rng.random(s), 2.0, 1.0, V),
+    ("vec_g2h2_mixed_dims", (1, 2, 2, 9, 6, 3), _mixed_dims, 1.3, 1.0, V),
+]
+VEC_MULTICHUNK_CASES = [   # cross the Numba oracle's 32-step chunks of vector gates
+    ("vec_g1h2_T70", (1, 1, 2, 70, 4, 4), "standard", 0.5, 1.0, V),
+    ("vec_g2h2_T130_mild", (1, 2, 2, 130, 3, 4), lambda rng, s: -0.05 * rng.random(s), 0.25, 1.0, V),
+]
+PROJ_CASES = PROJ_CASES + VEC_PROJ_CASES
+CS_CASES = CS_CASES + VEC_PROJ_CASES + VEC_MULTICHUNK_CASES
+
 
 def _check_trust_shape(p: Problem) -> str:
     """'short' or 'multichunk': which derivation in glaref/tolerances.py covers this size."""
@@ -63,8 +88,8 @@ def _tol(name: str, p: Problem) -> float:
 
 
 def _problem(case, seed=0) -> tuple[Problem, float]:
-    _, dims, la, scale, h0_scale = case
-    p = rand_problem(*dims, seed=seed, log_alpha=la, h0_scale=h0_scale)
+    _, dims, la, scale, h0_scale, *extra = case
+    p = rand_problem(*dims, seed=seed, log_alpha=la, h0_scale=h0_scale, **(extra[0] if extra else {}))
     _check_trust_shape(p)
     return p, scale
 
@@ -220,6 +245,88 @@ def _mp_closed_form(p: Problem, scale: float, mp) -> dict[str, np.ndarray]:
     return {"o": o, "h_T": hT, "q": dq, "k": dk_, "v": dvv, "log_alpha": dla, "h0": dh0}
 
 
+def _mp_closed_form_vector(p: Problem, scale: float, mp) -> dict[str, np.ndarray]:
+    """The closed forms of docs/math.md section 9 (vector gates), exact to ~MP_DPS digits.
+
+    Per (b, h), with c_t[i] = log_alpha_1[i] + ... + log_alpha_t[i] and
+    e(t, s, i) = exp(c_t[i] - c_s[i]) (1-based; s = 0 gives exp(c_t[i])),
+    A[t, s] = sum_i q_t[i] k_s[i] e(t, s, i):
+      o_t       = scale (sum_i q_t[i] e(t, 0, i) h0[i, :] + sum_{s<=t} A[t, s] v_s)
+      h_T[i, :] = e(T, 0, i) h0[i, :] + sum_s e(T, s, i) k_s[i] v_s
+      dv_s      = scale sum_{t>=s} A[t, s] do_t + sum_i e(T, s, i) k_s[i] dh_T[i, :]
+      dk_s[i]   = scale sum_{t>=s} e(t, s, i) q_t[i] (v_s.do_t) + e(T, s, i) (dh_T v_s^T)[i]
+      dq_t[i]   = scale (e(t, 0, i) (h0 do_t^T)[i] + sum_{s<=t} e(t, s, i) k_s[i] (v_s.do_t))
+      dh0[i, :] = scale sum_t e(t, 0, i) q_t[i] do_t + e(T, 0, i) dh_T[i, :]
+      dlog_alpha_r[i] = scale sum_{t>=r} [e(t, 0, i) q_t[i] (h0 do_t^T)[i]
+                                         + sum_{s<r} e(t, s, i) q_t[i] k_s[i] (v_s.do_t)]
+                        + e(T, 0, i) sum_j h0[i, j] dh_T[i, j] + sum_{s<r} e(T, s, i) k_s[i] (dh_T v_s^T)[i]
+    """
+    B, G, H, T, dk, dv = (p.dims.B, p.dims.G, p.dims.H, p.dims.T, p.dims.dk, p.dims.dv)
+    F = mp.mpf
+    sc = F(scale)
+
+    def cv(x):
+        return np.vectorize(F, otypes=[object])(x) if x.size else np.empty(x.shape, object)
+
+    q, k, v, la, h0, do, dh = (cv(getattr(p, n)) for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T"))
+
+    def dot(a, b):
+        return mp.fsum(x * y for x, y in zip(a, b))
+
+    zeros = lambda *s: np.full(s, F(0), dtype=object)  # noqa: E731
+    o, hT, dq, dk_, dvv, dla, dh0 = (zeros(B, H, T, dv), zeros(B, H, dk, dv), zeros(B, G, T, dk),
+                                     zeros(B, G, T, dk), zeros(B, H, T, dv), zeros(B, H, T, dk),
+                                     zeros(B, H, dk, dv))
+    n = H // G
+    for b in range(B):
+        for h in range(H):
+            g = h // n
+            Q, K, V, DO, H0, DH = q[b, g], k[b, g], v[b, h], do[b, h], h0[b, h], dh[b, h]
+            c = [[F(0)] * dk]
+            for t in range(T):
+                c.append([c[-1][i] + la[b, h, t, i] for i in range(dk)])
+            ex = {(t, s): [mp.exp(c[t][i] - c[s][i]) for i in range(dk)]
+                  for t in range(T + 1) for s in range(t + 1)}
+            e = lambda t, s, i: ex[(t, s)][i]  # noqa: E731  (1-based t, s)
+            # 0-based index j stands for step j + 1 below
+            vdo = [[dot(V[s], DO[t]) for s in range(T)] for t in range(T)]     # vdo[t][s] = v_s.do_t
+            h0do = [[dot(H0[i], DO[t]) for i in range(dk)] for t in range(T)]
+            dhv = [[dot(DH[i], V[s]) for i in range(dk)] for s in range(T)]
+            h0dh = [dot(H0[i], DH[i]) for i in range(dk)]
+            A = [[mp.fsum(Q[t, i] * K[s, i] * e(t + 1, s + 1, i) for i in range(dk)) if s <= t else F(0)
+                  for s in range(T)] for t in range(T)]
+            for t in range(T):
+                for m in range(dv):
+                    o[b, h, t, m] = sc * (mp.fsum(Q[t, i] * e(t + 1, 0, i) * H0[i, m] for i in range(dk))
+                                          + mp.fsum(A[t][s] * V[s, m] for s in range(t + 1)))
+            for i in range(dk):
+                for m in range(dv):
+                    hT[b, h, i, m] = e(T, 0, i) * H0[i, m] + mp.fsum(e(T, s + 1, i) * K[s, i] * V[s, m] for s in range(T))
+                    dh0[b, h, i, m] = (sc * mp.fsum(e(t + 1, 0, i) * Q[t, i] * DO[t, m] for t in range(T))
+                                       + e(T, 0, i) * DH[i, m])
+            for s in range(T):
+                for m in range(dv):
+                    dvv[b, h, s, m] = (sc * mp.fsum(A[t][s] * DO[t, m] for t in range(s, T))
+                                       + mp.fsum(e(T, s + 1, i) * K[s, i] * DH[i, m] for i in range(dk)))
+                for i in range(dk):
+                    dk_[b, g, s, i] += (sc * mp.fsum(e(t + 1, s + 1, i) * Q[t, i] * vdo[t][s] for t in range(s, T))
+                                        + e(T, s + 1, i) * dhv[s][i])
+            for t in range(T):
+                for i in range(dk):
+                    dq[b, g, t, i] += sc * (e(t + 1, 0, i) * h0do[t][i]
+                                            + mp.fsum(e(t + 1, s + 1, i) * K[s, i] * vdo[t][s] for s in range(t + 1)))
+            for r in range(1, T + 1):
+                for i in range(dk):
+                    acc = [e(T, 0, i) * h0dh[i]]
+                    acc += [e(T, s, i) * K[s - 1, i] * dhv[s - 1][i] for s in range(1, r)]
+                    for t in range(r, T + 1):
+                        acc.append(sc * e(t, 0, i) * Q[t - 1, i] * h0do[t - 1][i])
+                        acc += [sc * e(t, s, i) * Q[t - 1, i] * K[s - 1, i] * vdo[t - 1][s - 1]
+                                for s in range(1, r)]
+                    dla[b, h, r - 1, i] = mp.fsum(acc)
+    return {"o": o, "h_T": hT, "q": dq, "k": dk_, "v": dvv, "log_alpha": dla, "h0": dh0}
+
+
 def _mp_scaled_err(actual: np.ndarray, exact: np.ndarray, scale: np.ndarray, mp) -> tuple[float, float]:
     """(max |actual - exact| / scale, normwise relative error), differences taken in mpmath."""
     if exact.size == 0:
@@ -265,21 +372,24 @@ def _mp_errors(p: Problem, scale: float, got: dict, mp, key: tuple) -> dict[str,
         mp.dps = MP_DPS
         if key not in _MP_EXACT:
             # term scales: the same closed form on absolute values, also exact
-            _MP_EXACT[key] = (_mp_closed_form(p, scale, mp), _mp_closed_form(abs_problem(p), abs(scale), mp))
+            closed = _mp_closed_form_vector if p.vector_gate else _mp_closed_form
+            _MP_EXACT[key] = (closed(p, scale, mp), closed(abs_problem(p), abs(scale), mp))
         exact, term_scale = _MP_EXACT[key]
         return {n: _mp_scaled_err(got[n], exact[n], term_scale[n], mp) for n in got}
     finally:
         mp.dps = old
 
 
-def measure_mpmath(regime: str, shape: str, impl: str, seed: int = 0) -> dict[str, tuple[float, float]]:
+def measure_mpmath(regime: str, shape: str, impl: str, seed: int = 0,
+                   vector: bool = False) -> dict[str, tuple[float, float]]:
     mp = pytest.importorskip("mpmath").mp
-    dims = MP_SHAPES[shape]
-    p = rand_problem(*dims, seed=seed, **MP_REGIMES[regime])
+    dims = (VEC_MP_SHAPES if vector else MP_SHAPES)[shape]
+    regimes = VEC_MP_REGIMES if vector else MP_REGIMES
+    p = rand_problem(*dims, seed=seed, vector_gate=vector, **regimes[regime])
     tiny = dims[3] <= 8 and dims[4] <= 3 and dims[5] <= 3
     assert tiny or _check_trust_shape(p) == "multichunk"
     scale = 0.8
-    return _mp_errors(p, scale, _oracle_outputs(p, scale, impl), mp, key=(regime, shape, seed))
+    return _mp_errors(p, scale, _oracle_outputs(p, scale, impl), mp, key=(regime, shape, seed, vector))
 
 
 # The multichunk shape costs seconds in mpmath: by default only the regimes where a chunk
@@ -296,6 +406,50 @@ def test_mpmath_closed_form(regime, shape, impl):
     t = tol("trust_mpmath") if MP_SHAPES[shape][3] <= 8 else tol("trust_multichunk")
     bad = {n: r for n, r in res.items() if not r[0] <= t}
     assert not bad, f"oracle ({impl}) vs mpmath, {regime} {shape}: (scaled, normwise) = {bad}"
+
+
+# Vector gates: the same regimes plus "mixed_dims" (half the key dimensions at -30 per step, the
+# others near 1), on tiny shapes and one that crosses the Numba oracle's 32-step chunks.
+VEC_MP_REGIMES = dict(MP_REGIMES, mixed_dims=dict(log_alpha=lambda rng, s: np.where(
+    np.arange(s[-1]) % 2 == 0, -30.0, -1e-3) * rng.uniform(0.5, 1.5, s)))
+VEC_MP_SHAPES = {  # (B, G, H, T, dk, dv)
+    "g1h2": (1, 1, 2, 8, 3, 2),
+    "g2h4": (1, 2, 4, 6, 2, 3),
+    "g2h2": (2, 2, 2, 5, 3, 3),
+    "g1h2_T40": (1, 1, 2, 40, 2, 2),   # crosses the 32-step chunk boundary of vector gates
+}
+VEC_MP_PARAMS = [pytest.param(r, sh, marks=() if sh != "g1h2_T40" or r in ("strong_decay", "mixed_dims", "positive")
+                              else pytest.mark.slow, id=f"vec-{r}-{sh}")
+                 for r in VEC_MP_REGIMES for sh in VEC_MP_SHAPES]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("regime,shape", VEC_MP_PARAMS)
+def test_mpmath_closed_form_vector_gates(regime, shape, impl):
+    res = measure_mpmath(regime, shape, impl, vector=True)
+    t = tol("trust_mpmath") if VEC_MP_SHAPES[shape][3] <= 8 else tol("trust_multichunk")
+    bad = {n: r for n, r in res.items() if not r[0] <= t}
+    assert not bad, f"oracle ({impl}) vs mpmath, vector gates, {regime} {shape}: (scaled, normwise) = {bad}"
+
+
+def test_mpmath_vector_closed_form_reduces_to_the_scalar_one():
+    # Two closed forms written independently: with every key dimension given the same gate, the
+    # vector form's outputs equal the scalar form's and its dlog_alpha sums over dk to the scalar
+    # dlog_alpha (docs/math.md, section 9).
+    mp = pytest.importorskip("mpmath").mp
+    old = mp.dps
+    p = rand_problem(1, 1, 2, 5, 3, 2, seed=3)
+    pv = p._replace(log_alpha=np.repeat(p.log_alpha[..., None], 3, axis=-1))
+    try:
+        mp.dps = MP_DPS
+        a, b = _mp_closed_form(p, 0.6, mp), _mp_closed_form_vector(pv, 0.6, mp)
+        tiny = mp.mpf(10) ** (10 - MP_DPS)
+        for name in ("o", "h_T", "q", "k", "v", "h0"):
+            assert all(abs(x - y) <= tiny * (1 + abs(x)) for x, y in zip(a[name].ravel(), b[name].ravel())), name
+        summed = b["log_alpha"].sum(axis=-1)
+        assert all(abs(x - y) <= tiny * (1 + abs(x)) for x, y in zip(a["log_alpha"].ravel(), summed.ravel()))
+    finally:
+        mp.dps = old
 
 
 def test_mpmath_restores_precision_and_closed_form_is_exact_on_a_hand_case():
@@ -392,7 +546,9 @@ def _jax_scan(jax, q, k, v, log_alpha, h0, scale):
 
     def step(S, xs):
         q_t, k_t, v_t, la_t = xs
-        S = jnp.exp(la_t)[:, :, None, None] * S + k_t[:, :, :, None] * v_t[:, :, None, :]
+        a = jnp.exp(la_t)                           # (B, H) scalar gates, (B, H, dk) vector gates
+        a = a[:, :, :, None] if a.ndim == 3 else a[:, :, None, None]
+        S = a * S + k_t[:, :, :, None] * v_t[:, :, None, :]
         return S, scale * jnp.einsum("bhk,bhkv->bhv", q_t, S)
 
     xs = (jnp.moveaxis(qh, 2, 0), jnp.moveaxis(kh, 2, 0), jnp.moveaxis(v, 2, 0), jnp.moveaxis(log_alpha, 2, 0))
@@ -408,7 +564,8 @@ def _jax_all(jax, p: Problem, scale: float) -> dict[str, np.ndarray]:
     return {"o": np.asarray(o), "h_T": np.asarray(h_T), **{n: np.asarray(x) for n, x in zip(NAMES, grads)}}
 
 
-JAX_CASES = CS_CASES + [("g2h4_T16_d8", (1, 2, 4, 16, 8, 8), "standard", 0.35, 1.0)]
+JAX_CASES = CS_CASES + [("g2h4_T16_d8", (1, 2, 4, 16, 8, 8), "standard", 0.35, 1.0),
+                        ("vec_g2h4_T16_d8", (1, 2, 4, 16, 8, 8), "standard", 0.35, 1.0, V)]
 
 
 def measure_jax_scan(jax, case, impl: str, seed: int = 0) -> dict[str, tuple[float, float]]:
@@ -448,7 +605,17 @@ def _sweep_case(i: int):
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("i", range(200))
 def test_sweep_complex_step_and_mpmath(i, impl):
-    case = _sweep_case(i)
+    _sweep_check(_sweep_case(i), i, impl)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("i", range(100))
+def test_sweep_vector_gates(i, impl):
+    _sweep_check(_sweep_case(1000 + i) + (V,), 1000 + i, impl)
+
+
+def _sweep_check(case, i, impl):
     res = measure_complex_step(case, impl, seed=i)
     assert all(r["scaled"] <= tol("trust_complex_step") for r in res.values()), res
     mp = pytest.importorskip("mpmath").mp
@@ -477,23 +644,32 @@ def _report(impls=("numpy", "numba")) -> None:  # pragma: no cover - a reporting
         allmax = [max(v[i] for v in w.values()) for i in range(len(next(iter(w.values()))))]
         print(f"{title}: worst {'/'.join(f'{x:.2e}' for x in allmax)}\n    {cols}")
 
+    def split(cases):   # (scalar-gate cases, vector-gate cases)
+        return [c for c in cases if len(c) == 5], [c for c in cases if len(c) > 5]
+
     for impl in impls:
         if impl == "numba" and not conftest.HAS_NUMBA_MODULE:
             continue
         print(f"== impl {impl}   (figures: error / term scale, then relative error)")
-        show("complex step", worst([measure_complex_step(c, impl) for c in CS_CASES], ["scaled", "rel"]))
-        show("finite differences (scaled, rel, fraction of derived bound)",
-             worst([measure_finite_difference(c, impl) for c in PROJ_CASES], ["scaled", "rel", "of_bound"]))
-        show("mpmath closed form, 50 digits (scaled, normwise rel)",
-             worst([measure_mpmath(r, s, impl) for r in MP_REGIMES for s in MP_SHAPES], [0, 1]))
-        import jax
-        old = jax.config.jax_enable_x64
-        jax.config.update("jax_enable_x64", True)
-        try:
-            show("jax.vjp of f64 lax.scan (scaled, normwise rel)",
-                 worst([measure_jax_scan(jax, c, impl) for c in JAX_CASES], [0, 1]))
-        finally:
-            jax.config.update("jax_enable_x64", old)
+        for kind, pick in (("scalar gates", 0), ("vector gates", 1)):
+            print(f"-- {kind}")
+            show("complex step", worst([measure_complex_step(c, impl) for c in split(CS_CASES)[pick]],
+                                       ["scaled", "rel"]))
+            show("finite differences (scaled, rel, fraction of derived bound)",
+                 worst([measure_finite_difference(c, impl) for c in split(PROJ_CASES)[pick]],
+                       ["scaled", "rel", "of_bound"]))
+            mp_cases = ([(r, s, False) for r in MP_REGIMES for s in MP_SHAPES] if pick == 0 else
+                        [(r, s, True) for r in VEC_MP_REGIMES for s in VEC_MP_SHAPES])
+            show("mpmath closed form, 50 digits (scaled, normwise rel)",
+                 worst([measure_mpmath(r, s, impl, vector=vec) for r, s, vec in mp_cases], [0, 1]))
+            import jax
+            old = jax.config.jax_enable_x64
+            jax.config.update("jax_enable_x64", True)
+            try:
+                show("jax.vjp of f64 lax.scan (scaled, normwise rel)",
+                     worst([measure_jax_scan(jax, c, impl) for c in split(JAX_CASES)[pick]], [0, 1]))
+            finally:
+                jax.config.update("jax_enable_x64", old)
         well = [ts.measure_identity(conftest.rand_problem(2, G, H, 12, 4, 3, seed=8), impl, scale=0.7)
                 for G, H in [(1, 2), (2, 4), (3, 3)]]
         print("dlog_alpha identity, well conditioned: worst error/scale %.2e, elementwise rel %.2e"

@@ -56,9 +56,9 @@ def test_cases():
     assert long == Dims(1, 1, 1, 65536, 16, 16)
     assert regimes.REGIMES["long"].slow
     assert "long" not in regimes.DEFAULT_REGIMES
-    assert set(regimes.DEFAULT_REGIMES) == set(regimes.REGIMES) - {"long"}
+    assert set(regimes.DEFAULT_REGIMES) == set(regimes.REGIMES) - {"long", "mixed_dims"}
     for name in ("standard", "strong_decay", "near_one", "zero_gate", "positive", "large_values",
-                 "h0_dominant", "zero_inputs"):
+                 "h0_dominant", "zero_inputs", "mixed_dims"):
         assert _cases(name) == [DIMS]
 
 
@@ -137,3 +137,110 @@ def test_long_regime_inputs():
     p = regimes.make_inputs("long", d, seed=0)
     assert p.q.shape == (1, 1, 65536, d.dk) and p.log_alpha.shape == (1, 1, 65536)
     assert np.isfinite(p.log_alpha).all()
+
+
+# ---- gate kinds and packed sequences ----------------------------------------------------------
+
+# sha256 (first 16 hex digits) of every array of make_inputs(name, case, 3) over the regime's
+# cases at DIMS, computed with main at de6aab4, before gate kinds existed: scalar gates must stay
+# exactly what they were, so that every figure measured on them stays reproducible.
+SCALAR_DIGESTS = {
+    "standard": "5b418dbdebffa54c",
+    "strong_decay": "3fc98bab80659123",
+    "near_one": "5b41d2e3fb5716ea",
+    "zero_gate": "626b969a8d01ee6d",
+    "positive": "7bfaa99885deda85",
+    "large_values": "4befb9b15a7256ab",
+    "h0_dominant": "6d09ccec95b05e9c",
+    "zero_inputs": "55981c840c69fe58",
+    "ragged": "637212397503671e",
+    "tiny_dims": "e658f2d4a54f8a52",
+}
+
+
+@pytest.mark.parametrize("name", list(SCALAR_DIGESTS))
+def test_scalar_gates_are_unchanged(name):
+    import hashlib
+    for gate in ({}, {"gate": "scalar"}):
+        h = hashlib.sha256()
+        for d in _cases(name):
+            p = regimes.make_inputs(name, d, 3, **gate)
+            for f in FIELDS:
+                h.update(np.ascontiguousarray(getattr(p, f)).tobytes())
+        assert h.hexdigest()[:16] == SCALAR_DIGESTS[name], name
+
+
+@pytest.mark.parametrize("name", regimes.DEFAULT_REGIMES + ("mixed_dims",))
+def test_vector_gates_shapes_and_reproducible(name):
+    for d in _cases(name):
+        a = regimes.make_inputs(name, d, seed=3, gate="vector")
+        b = regimes.make_inputs(name, d, seed=3, gate="vector")
+        assert a.log_alpha.shape == (d.B, d.H, d.T, d.dk) and a.vector_gate
+        assert a.q.shape == (d.B, d.G, d.T, d.dk) and a.h0.shape == (d.B, d.H, d.dk, d.dv)
+        for f in FIELDS:
+            np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f"{name} {f}")
+            assert np.isfinite(getattr(a, f)).all(), (name, f)
+
+
+def test_vector_gates_follow_their_regime_per_dimension():
+    d = DIMS
+    sd = regimes.make_inputs("strong_decay", d, 0, gate="vector").log_alpha
+    assert sd.max() < 0 and sd.min() < -20                              # down to ~ -30
+    # a different gate in every dimension (not one per head broadcast over dk)
+    assert np.all(np.std(sd, axis=-1) > 0)
+    assert np.all(regimes.make_inputs("zero_gate", d, 0, gate="vector").log_alpha == 0.0)
+    no = regimes.make_inputs("near_one", d, 0, gate="vector").log_alpha
+    assert no.min() >= 1.5 * regimes.NEAR_ONE_LOG_ALPHA and no.max() <= 0.5 * regimes.NEAR_ONE_LOG_ALPHA
+
+
+def _classes(la):
+    """Per gate channel, its class from its gates over time: 0 near 1, 2 strongly decayed, 1 else."""
+    near = np.all((la >= 1.5 * regimes.MIXED_NEAR_ONE) & (la <= 0.5 * regimes.MIXED_NEAR_ONE), axis=2)
+    strong = np.mean(la, axis=2) < -3.0
+    return np.where(near, 0, np.where(strong, 2, 1))
+
+
+def test_mixed_dims_mixes_key_dimensions_near_one_and_strongly_decayed():
+    d = replace(DIMS, T=400, dk=32)
+    la = regimes.make_inputs("mixed_dims", d, 0, gate="vector").log_alpha     # (B, H, T, dk)
+    cls = _classes(la)                                                         # (B, H, dk)
+    # every head has dimensions of every class, about a third each
+    for h in range(d.H):
+        counts = np.bincount(cls[0, h].ravel(), minlength=3)
+        assert np.all(counts >= 3), counts
+    frac = np.bincount(cls.ravel(), minlength=3) / cls.size
+    assert np.all(np.abs(frac - 1 / 3) < 0.12), frac
+    strong = la[np.broadcast_to((cls == 2)[:, :, None, :], la.shape)]
+    assert strong.min() < -20
+    # scalar gates: the class is per head
+    las = regimes.make_inputs("mixed_dims", replace(d, H=30, G=1), 0).log_alpha     # (B, H, T)
+    cls_s = _classes(las[..., None])[..., 0]
+    assert las.shape == (1, 30, 400) and set(np.unique(cls_s)) == {0, 1, 2}
+
+
+def test_packed_inputs_and_random_offsets():
+    cu = regimes.random_cu_seqlens(130, 6, seed=1)
+    assert cu[0] == 0 and cu[-1] == 130 and len(cu) == 7 and np.all(np.diff(cu) >= 0)
+    np.testing.assert_array_equal(cu, regimes.random_cu_seqlens(130, 6, seed=1))
+    assert not np.array_equal(cu, regimes.random_cu_seqlens(130, 6, seed=2))
+    # empty sequences do occur (many sequences in few steps)
+    assert np.any(np.diff(regimes.random_cu_seqlens(10, 12, seed=0)) == 0)
+    for gate in regimes.GATES:
+        p = regimes.make_inputs("standard", DIMS, 0, gate=gate, cu_seqlens=cu)
+        assert p.h0.shape == p.dh_T.shape == (6, DIMS.H, DIMS.dk, DIMS.dv)
+        np.testing.assert_array_equal(p.cu_seqlens, cu)
+        assert p.n_states == 6
+        q = regimes.make_inputs("standard", DIMS, 0, gate=gate, cu_seqlens=cu)
+        np.testing.assert_array_equal(p.h0, q.h0)
+    assert not regimes.make_inputs("zero_inputs", DIMS, 0, cu_seqlens=cu).h0.any()
+
+
+def test_bad_gate_and_offsets():
+    with pytest.raises(ValueError, match=r"^gate: got 'matrix', expected one of \('scalar', 'vector'\)"):
+        regimes.make_inputs("standard", DIMS, gate="matrix")
+    with pytest.raises(ValueError, match=r"^cu_seqlens: got \[0, 5\], expected offsets ending at T=130"):
+        regimes.make_inputs("standard", DIMS, cu_seqlens=[0, 5])
+    with pytest.raises(ValueError, match=r"^cu_seqlens: given with B=2"):
+        regimes.make_inputs("standard", replace(DIMS, B=2), cu_seqlens=[0, 130])
+    with pytest.raises(ValueError, match=r"^N: got 0"):
+        regimes.random_cu_seqlens(10, 0)

@@ -1,4 +1,4 @@
-"""JAX kernels for scalar-gated linear attention (needs the ``jax`` extra).
+"""JAX kernels for gated linear attention, scalar or vector gates (needs the ``jax`` extra).
 
     from glaref import kernels
     o = kernels.chunked(q, k, v, log_alpha, h0, chunk_size=64, layout="bhtd")
@@ -10,6 +10,14 @@ Both compute the oracle's recurrence with scale 1 unless ``scale=`` is given
 or None (zeros), layout "bhtd" or "bthd" (time before heads); head h reads group h // (H // G).
 They are jit-able, vmap-able and differentiable (jax.vjp / jax.grad) with respect to q, k, v,
 log_alpha and h0, and take any T, dk, dv and G dividing H.
+
+Vector gates: log_alpha (B, H, T, dk) ((B, T, H, dk) in "bthd") decays each key dimension by
+its own gate, S_t = diag(exp(log_alpha_t)) S_{t-1} + k_t^T v_t (GLA); the gradient of log_alpha
+has the same shape. ``chunked`` then forms every decay factor from gate sums over a segment
+inside one chunk, never exp(b_i) / exp(b_j), so strong decay underflows instead of overflowing
+(``_chunked_vector``). Packed sequences: ``cu_seqlens=`` (concrete integer offsets of N
+sequences, B = 1) restarts the recurrence at each sequence, with h0 and h_T (N, H, dk, dv); the
+sequences run as a batch of N rows padded to the longest (``_common.run_packed``).
 
 ``chunked`` is the fast one: chunk-parallel forward and a ``jax.custom_vjp`` whose backward
 recomputes everything from the inputs (no residuals beyond the inputs). ``scan`` is the

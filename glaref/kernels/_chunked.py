@@ -243,23 +243,37 @@ _chunked_core.defvjp(_core_fwd, _core_bwd)
 
 
 def chunked(q, k, v, log_alpha, h0=None, *, chunk_size: int = 64, layout: str = "bhtd",
-            precision=None, scale: float = 1.0, return_final_state: bool = False):
-    """Scalar-gated linear attention, chunked, with a residual-free custom backward.
+            precision=None, scale: float = 1.0, return_final_state: bool = False, cu_seqlens=None):
+    """Gated linear attention, chunked, with a residual-free custom backward.
 
     Same shapes and semantics as ``glaref.forward`` (module docstring of ``glaref.kernels``):
-    q, k (B, G, T, dk); v (B, H, T, dv); log_alpha (B, H, T); h0 (B, H, dk, dv) or None (zeros),
-    in layout "bhtd" (or the "bthd" equivalents). Returns o, shaped like v, in the promotion of
-    q, k and v's dtypes; with ``return_final_state=True`` returns ``(o, h_T)`` with h_T
-    (B, H, dk, dv) in the compute dtype (float32, or float64 for float64 inputs under x64).
+    q, k (B, G, T, dk); v (B, H, T, dv); log_alpha (B, H, T) (scalar gate) or (B, H, T, dk)
+    (vector gate, one decay per key dimension: ``_chunked_vector``); h0 (B, H, dk, dv) or None
+    (zeros), in layout "bhtd" (or the "bthd" equivalents). Returns o, shaped like v, in the
+    promotion of q, k and v's dtypes; with ``return_final_state=True`` returns ``(o, h_T)`` with
+    h_T (B, H, dk, dv) in the compute dtype (float32, or float64 for float64 inputs under x64).
 
     ``chunk_size`` C: steps per chunk (any T works; the tail is zero-padded internally).
     ``precision``: passed to every matmul (None = JAX's default, which on NVIDIA GPUs runs
     float32 matmuls as TF32; use "highest" for true float32 there).
+    ``cu_seqlens``: concrete integer offsets of N packed sequences (B = 1); h0 and h_T are then
+    (N, H, dk, dv) (``_common.run_packed``).
     """
     layout = c.check_layout(layout)
-    B, G, H, T, dk, dv = c.check_inputs(q, k, v, log_alpha, h0, layout)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size: got {chunk_size!r}, expected a positive int")
+    if cu_seqlens is not None:
+        B, _, _, T, _, _ = c.check_inputs(q, k, v, log_alpha, None, layout)
+        cu = c.static_cu_seqlens(cu_seqlens, B, T)
+        c.check_inputs(q, k, v, log_alpha, h0, layout, n_states=len(cu) - 1)
+        return c.run_packed(chunked, cu, q, k, v, log_alpha, h0, layout=layout,
+                            return_final_state=return_final_state, chunk_size=chunk_size,
+                            precision=precision, scale=scale)
+    B, G, H, T, dk, dv = c.check_inputs(q, k, v, log_alpha, h0, layout)
     cfg = _Config(int(chunk_size), layout, c.check_precision(precision), c.check_scale(scale), G)
-    o, h_T = _chunked_core(cfg, q, k, v, log_alpha, h0)
+    if log_alpha.ndim == 4:
+        from ._chunked_vector import chunked_vector_core
+        o, h_T = chunked_vector_core(cfg, q, k, v, log_alpha, h0)
+    else:
+        o, h_T = _chunked_core(cfg, q, k, v, log_alpha, h0)
     return (o, h_T) if return_final_state else o
