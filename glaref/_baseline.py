@@ -98,17 +98,20 @@ def _chunked(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK)
     bounds = [(n * C, min(T, (n + 1) * C)) for n in range(N)]
 
     def decays(t0, t1):
-        # exponents b_i - b_j as segment sums sum_{j < s <= i} log_alpha_s, correctly rounded to
-        # the working dtype (from a float64 prefix sum): never the difference of two rounded
-        # cumulative sums, whose error u |b| grows with the chunk's total decay
-        c64 = np.cumsum(la[:, :, t0:t1].astype(np.float64), axis=-1)     # b (B, H, L)
+        # exponents b_i - b_j as segment sums sum_{j < s <= i} log_alpha_s, each accumulated in
+        # the working dtype as a product with a 0/1 matrix (as segment-sum kernels do), never the
+        # difference of two rounded cumulative sums, whose error u |b| grows with the chunk's
+        # total decay; likewise b_i and b_last - b_j
+        lc = la[:, :, t0:t1]
         L = t1 - t0
-        mask = np.tril(np.ones((L, L), dtype=bool))
-        seg = np.where(mask, c64[..., :, None] - c64[..., None, :], 0).astype(dt)
-        D = np.where(mask, np.exp(seg), 0).astype(dt)
-        eb = np.exp(c64.astype(dt))
+        i = np.arange(L)
+        seg_m = ((i[None, None, :] < i[:, None, None]) & (i[:, None, None] <= i[None, :, None]))
+        seg = (lc @ seg_m.reshape(L, L * L).astype(dt)).reshape(lc.shape + (L,))    # [i, j]
+        mask = i[:, None] >= i[None, :]
+        D = np.where(mask, np.exp(np.where(mask, seg, 0)), 0).astype(dt)
+        eb = np.exp(lc @ (i[:, None] <= i[None, :]).astype(dt))                      # exp(b_i)
         eb_last = eb[..., -1]
-        eb_rest = np.exp((c64[..., -1:] - c64).astype(dt))                # exp(b_last - b_j)
+        eb_rest = np.exp(lc @ (i[:, None] > i[None, :]).astype(dt))                  # exp(b_last - b_j)
         return D, eb, eb_rest, eb_last
 
     o = np.empty((B, H, T, dv), dt)

@@ -40,7 +40,8 @@ class Truth:
         if self._fwd is None:
             t0 = time.perf_counter()
             p = self.p
-            self._fwd = self.be.forward(p.q, p.k, p.v, p.log_alpha, p.h0, self.scale)
+            self._fwd = self.be.forward(p.q, p.k, p.v, p.log_alpha, p.h0, self.scale,
+                                        cu_seqlens=p.cu_seqlens)
             self.ms["forward"] = (time.perf_counter() - t0) * 1e3
         return self._fwd
 
@@ -49,7 +50,8 @@ class Truth:
             t0 = time.perf_counter()
             p = self.p
             self._grads[with_dh_T] = self.be.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do,
-                                                 p.dh_T if with_dh_T else None, self.scale)
+                                                 p.dh_T if with_dh_T else None, self.scale,
+                                                 cu_seqlens=p.cu_seqlens)
             self.ms["vjp_dh_T" if with_dh_T else "vjp"] = (time.perf_counter() - t0) * 1e3
         return self._grads[with_dh_T]
 

@@ -72,6 +72,21 @@ def threshold(truth: _judge.Truth, name: str, x: np.ndarray, dtype: str, kind: s
             "clean": clean}
 
 
+_JITTED: dict = {}
+
+
+def _jitted(fn):
+    """One jitted fwd_bwd program per kernel, reused across problems (JAX caches per shape)."""
+    import jax
+
+    from .audit._engine import _fwd_bwd
+
+    key = id(fn)
+    if key not in _JITTED:
+        _JITTED[key] = (fn, jax.jit(_fwd_bwd(fn, True)))
+    return _JITTED[key][1]
+
+
 def jax_outputs(fn, truth: _judge.Truth, dtype: str, precision: str = "default"):
     """Run a JAX kernel ``fn(q, k, v, log_alpha, h0) -> (o, h_T)`` ("bhtd") once, forward and
     backward through jax.vjp, on the problem of ``truth`` in ``dtype``: ({name: canonical float64
@@ -80,8 +95,6 @@ def jax_outputs(fn, truth: _judge.Truth, dtype: str, precision: str = "default")
 
     import jax
     import jax.numpy as jnp
-
-    from .audit._engine import _fwd_bwd
 
     p = truth.p
     np_dt = jnp.dtype(dtype)
@@ -92,7 +105,7 @@ def jax_outputs(fn, truth: _judge.Truth, dtype: str, precision: str = "default")
         o_s, h_s = jax.eval_shape(fn, *args)
         # cotangents in the dtype of the output they pair with, as the engine does
         cts = [jnp.asarray(np.asarray(p.do).astype(o_s.dtype)), jnp.asarray(np.asarray(p.dh_T).astype(h_s.dtype))]
-        (o, h_T), g = jax.jit(_fwd_bwd(fn, True))(*args, *cts)
+        (o, h_T), g = _jitted(fn)(*args, *cts)
     arrays = dict(zip(_judge.NAMES, (o, h_T) + tuple(g)))
     return ({n: np.asarray(v).astype(np.float64) for n, v in arrays.items()},
             {n: np.dtype(v.dtype).name for n, v in arrays.items()})

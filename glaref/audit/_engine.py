@@ -101,10 +101,10 @@ def _choices(name: str, values, allowed: Iterable[str]) -> list[str]:
 
 def _round_problem(p: Problem, np_dtype) -> Problem:
     """Round every array to the audited dtype and back to float64 (exact), so that the oracle and
-    the kernel see the same numbers."""
+    the kernel see the same numbers (cu_seqlens and the sizes are kept)."""
     def r(x):
         return None if x is None else np.asarray(x).astype(np_dtype).astype(np.float64)
-    return Problem(r(p.q), r(p.k), r(p.v), r(p.log_alpha), r(p.h0), r(p.do), r(p.dh_T), p.dims)
+    return p._replace(**{n: r(getattr(p, n)) for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")})
 
 
 def _warm_oracle(impl: str) -> None:

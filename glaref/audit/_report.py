@@ -230,9 +230,12 @@ def _ratio() -> float:
 def plot(records: list[dict[str, Any]], path) -> None:
     """Error vs seq per output and gradient, and time vs seq, in one PNG.
 
-    Colour: the kernel (impl); marker: the config; in the time panel solid lines are fwd and
-    dashed ones fwd_bwd. A red cross marks a point whose output failed its verdict (the verdict
-    is on budget_ulps, not on the normwise error plotted, so there is no tolerance line).
+    Colour: the kernel (impl); marker: the config. In the error panels a solid line is the
+    kernel's normwise relative error and a dotted line of the same colour the largest error the
+    calibrated verdict allows it on the same inputs (``allowed_ratio`` times the reference
+    kernels' error): a solid line close under its dotted one is close to failing. In the time
+    panel solid lines are fwd and dashed ones fwd_bwd. A red cross marks a point whose output
+    failed its verdict (either tier).
     """
     import matplotlib
     matplotlib.use("Agg")
@@ -268,6 +271,12 @@ def plot(records: list[dict[str, Any]], path) -> None:
                 if panel in ("o", "h_T") and mode != "fwd" and has_fwd:
                     continue
                 pts = [(r["seq"], errs(r).get(panel)) for r in rs]
+                allowed = [(r["seq"], (r.get("reference_rel_err") or {}).get(panel)) for r in rs]
+                allowed = [(x, y * r["allowed_ratio"]) for (x, y), r in zip(allowed, rs)
+                           if y is not None and math.isfinite(y) and y > 0]
+                if allowed:
+                    ax.plot([x for x, _ in allowed], [y for _, y in allowed], color=colour[impl],
+                            linestyle=":", linewidth=1.2)
                 bad = [(r["seq"], errs(r).get(panel)) for r in rs if panel in failed_outputs(r)]
                 bad = [(x, max(y, 1e-17)) for x, y in bad if y is not None and math.isfinite(y)]
                 if bad:
@@ -287,6 +296,10 @@ def plot(records: list[dict[str, Any]], path) -> None:
         ax.axis("off")
     handles = [Line2D([], [], color=colour[i], label=i) for i in impls]
     handles += [Line2D([], [], color="k", marker=marker[c], linestyle="", label=c) for c in configs]
+    handles.append(Line2D([], [], color="k", linestyle="-", label="solid: measured rel_err"))
+    handles.append(Line2D([], [], color="k", linestyle=":", label="dotted: allowed rel_err"))
+    if has_fwd and any(r["mode"] == "fwd_bwd" for r in rows):
+        handles.append(Line2D([], [], color="k", linestyle="--", label="dashed (time): fwd_bwd"))
     handles.append(Line2D([], [], color="red", marker="x", linestyle="", label="verdict failed"))
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8,
                frameon=False)
