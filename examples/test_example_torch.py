@@ -36,7 +36,11 @@ def chunk_simple_gla(q, k, v, g, scale=None, initial_state=None, output_final_st
 
 
 def my_torch_kernel(q, k, v, log_alpha, h0):
-    """The same kernel under glaref's signature ("bhtd" arrays, scale 1), for check_kernel."""
+    """The same kernel under glaref's signature ("bhtd" arrays, scale 1), for check_kernel. q and
+    k may have G groups of H // G heads (glaref's check_kernel tries G < H): expanded to H heads
+    here, autograd sums their gradients back over each group."""
+    rep = v.shape[1] // q.shape[1]
+    q, k = q.repeat_interleave(rep, dim=1), k.repeat_interleave(rep, dim=1)
     o, h_T = chunk_simple_gla(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                               log_alpha.transpose(1, 2), scale=1.0, initial_state=h0,
                               output_final_state=True)
