@@ -51,11 +51,10 @@ def _describe(rec: dict[str, Any]) -> str:
     where = (f"{rec['impl']} {rec['mode']} config {rec['config']} "
              f"(B={rec['batch']} G={rec['groups']} H={rec['heads']} dk={rec['dk']} dv={rec['dv']}) "
              f"T={rec['seq']} regime {rec.get('regime')}")
-    if rec.get("forward_only"):
-        where += f" [forward only: {rec['forward_only']}]"
     if "skipped" in rec:
         return f"{where}: kernel not measured: {rec['skipped']}"
-    lines = [f"{where}: {rec.get('verdict')}"]
+    only = f" (forward only: {rec['forward_only']})" if rec.get("forward_only") else ""
+    lines = [f"{where}: {rec.get('verdict')}{only}"]
     rel = {**(rec.get("rel_err_out") or {}), **(rec.get("rel_err_grads") or {})}
     first_bad = rec.get("nonfinite_first_index") or {}
     ratios = rec.get("reference_ratio") or {}

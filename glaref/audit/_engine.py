@@ -1,8 +1,9 @@
 """The audit engine: regime -> inputs -> oracle + kernel -> metrics + verdicts -> records.
 
-For every regime, config, sequence length (and the sizes the regime derives from them) the
-float64 inputs are generated once, rounded once to the audited dtype (so the oracle sees exactly
-what the kernel sees and only the kernel's arithmetic is measured), and the oracle runs once:
+For every regime, config, sequence length (and the sizes the regime derives from them: the plan
+of ``glaref._problems``) the float64 inputs are generated once, rounded once to the audited dtype
+(so the oracle sees exactly what the kernel sees and only the kernel's arithmetic is measured),
+and the oracle runs once:
 forward, vjp and the error-budget scales, each timed on its own and never counted as the kernel's.
 Then for every mode and kernel one row is measured (``_run_row``) and appended to the records, to
 the JSON file (rewritten atomically after every row) and to the caller's callback.
@@ -13,6 +14,11 @@ with a non-finite output, or an output that fails either tier of the verdict
 times the error of the same-precision reference kernels on the same inputs, or beyond the proven
 worst-case bound), is recorded as failed (``ok`` false, ``failures`` naming each failing output
 with its tier and figure).
+
+:func:`audit` runs JAX kernels (jit, ``jax.vjp``, timing, XLA memory). :func:`audit_kernel` runs
+a torch or NumPy kernel through ``glaref._frameworks.run_kernel`` on the same problems, judged by
+the same loop into the same records (``_judged``), accuracy only; ``glaref.testing.check_kernel``
+picks one by the kernel's framework.
 """
 
 from __future__ import annotations
