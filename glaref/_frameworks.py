@@ -101,17 +101,25 @@ def _modules_reached(kernel: Any, depth: int = 3, budget: int = 300) -> set[str]
     """Names of the modules a callable comes from or reaches through its code: its own module,
     its class's bases, the modules its code imports, and, recursively (``depth`` levels,
     ``budget`` objects at most), what the names in its code and closure resolve to (modules,
-    functions, classes)."""
+    functions, classes, the attributes its code reads from those modules)."""
     found: set[str] = set()
-    seen: set[int] = set()
-    stack = [(kernel, depth)]
+    seen: set = set()
+    stack: list = [(kernel, depth, ())]
     while stack and len(seen) < budget:
-        obj, d = stack.pop()
-        if id(obj) in seen:
+        obj, d, attrs = stack.pop()
+        is_module = type(obj).__name__ == "module"
+        key = (id(obj), attrs) if is_module else id(obj)
+        if key in seen:
             continue
-        seen.add(id(obj))
-        if type(obj).__name__ == "module":
+        seen.add(key)
+        if is_module:
             found.add(obj.__name__)
+            # what the code reads from it (``mypkg.ops.kernel(...)``: ops, then kernel), among
+            # the attributes already loaded (nothing is imported here)
+            for nm in attrs:
+                inner = vars(obj).get(nm)
+                if inner is not None and (callable(inner) or type(inner).__name__ == "module"):
+                    stack.append((inner, d, attrs))
             continue
         classes = obj.__mro__ if isinstance(obj, type) else type(obj).__mro__
         found.update(c.__module__ or "" for c in classes)
@@ -121,7 +129,10 @@ def _modules_reached(kernel: Any, depth: int = 3, budget: int = 300) -> set[str]
         for attr in ("func", "__wrapped__", "__func__", "forward"):   # partial, wrappers, Modules
             inner = getattr(obj, attr, None)
             if inner is not None and callable(inner):
-                stack.append((inner, d))
+                stack.append((inner, d, ()))
+        call = getattr(type(obj), "__call__", None)     # an object of a class defining __call__
+        if hasattr(call, "__code__"):
+            stack.append((call, d, ()))
         code = getattr(obj, "__code__", None)
         if code is None:
             continue
@@ -133,12 +144,13 @@ def _modules_reached(kernel: Any, depth: int = 3, budget: int = 300) -> set[str]
             # modules imported inside the function (``import jax.numpy as jnp`` in its body)
             found.update(i.argval for i in dis.get_instructions(c) if i.opname == "IMPORT_NAME")
         g = getattr(obj, "__globals__", {})
-        for nm in names:
+        attrs = tuple(dict.fromkeys(names))
+        for nm in attrs:
             if nm in g:
-                stack.append((g[nm], d - 1))
+                stack.append((g[nm], d - 1, attrs))
         for cell in getattr(obj, "__closure__", None) or ():
             try:
-                stack.append((cell.cell_contents, d - 1))
+                stack.append((cell.cell_contents, d - 1, attrs))
             except ValueError:              # an empty cell
                 pass
     return found

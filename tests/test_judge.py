@@ -276,7 +276,8 @@ def test_check_kernel_torch_kernel_that_raises_fails():
         gt.check_kernel(raises, seqs=[5])
     msg = str(info.value)
     assert "on 1 of 1 rows" in msg
-    assert re.search(r"T=5 regime standard: kernel not measured: \w+Error: ", msg), msg
+    assert re.search(r"T=5 regime standard: kernel not measured: \w+Error: .* \[run as a torch "
+                     r"kernel, detected from its code", msg), msg
 
 
 def numpy_kernel(q, k, v, log_alpha, h0, scale):
@@ -303,6 +304,26 @@ def test_check_kernel_numpy_forward_only():
     with pytest.raises(AssertionError, match=r"(?s)T=9 regime standard: FAIL o:.*"
                                              r"\(forward only: NumPy has no automatic"):
         gt.check_kernel(late, chunk_size=1, seqs=[9])
+
+
+REGISTRY: dict = {}
+
+
+def hidden_jax(q, k, v, log_alpha, h0):
+    """A JAX kernel whose code names no JAX: detection cannot see it."""
+    return REGISTRY["scan"](q, k, v, log_alpha, h0)
+
+
+def test_a_misdetected_kernel_fails_naming_the_framework_to_pass():
+    pytest.importorskip("jax", reason="jax is not installed (pip install 'glaref[jax]')")
+    import glaref.kernels
+
+    REGISTRY["scan"] = glaref.kernels.scan
+    with pytest.raises(AssertionError, match=r"kernel not measured: the kernel returned jax arrays "
+                                             r"for numpy inputs: .* pass framework='jax'"):
+        gt.check_kernel(hidden_jax, seqs=[5], chunk_size=1)
+    (rec,) = gt.check_kernel(hidden_jax, framework="jax", seqs=[5], chunk_size=1)
+    assert rec["ok"] and rec["mode"] == "fwd_bwd" and "framework" not in rec
 
 
 def test_check_kernel_bad_arguments():

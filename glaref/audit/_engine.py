@@ -531,6 +531,9 @@ def _framework_row(kernel: Callable, name: str, framework: str, mode: str, cname
             (f"{e['type']}: {first}" if first else e["type"])
         if e["stage"] == "backward":
             problem += " (in the backward pass)"
+        if detected:
+            problem += (f" [run as a {framework} kernel, detected from its code: pass framework= "
+                        "if it is written in another]")
     elif detected and run.returned not in (framework, None):
         problem = (f"the kernel returned {run.returned} arrays for {framework} inputs: it was taken "
                    f"for a {framework} kernel (detected from its code); pass "
