@@ -21,8 +21,7 @@ from typing import Iterable
 import numpy as np
 
 from ._inputs import Dims, Problem
-
-DTYPES = ("float64", "float32", "bfloat16", "float16")
+from ._metrics import FLOAT_DTYPES as DTYPES
 
 
 def _bfloat16(x: np.ndarray) -> np.ndarray:

@@ -175,16 +175,16 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
 
 _INPUT_KEYS = ("q", "k", "v", "log_alpha", "h0", "do", "dh_T", "scale", "layout", "dtype")
 _ARRAYS = ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")
-_COMPUTE_DTYPES = ("float64", "float32", "tf32", "bfloat16", "float16")
 
 
 def _dtype_arg(x: Any, name: str) -> str:
     """A dtype given by name or as a numpy/torch/JAX dtype, as its name."""
     from ._errors import DTypeError
+    from ._metrics import COMPUTE_DTYPES
 
     text = x if isinstance(x, str) else getattr(x, "name", None) or str(x).rsplit(".", 1)[-1]
-    if not isinstance(text, str) or text not in _COMPUTE_DTYPES:
-        raise DTypeError(f"{name}: got {x!r}, expected one of {_COMPUTE_DTYPES}")
+    if not isinstance(text, str) or text not in COMPUTE_DTYPES:
+        raise DTypeError(f"{name}: got {x!r}, expected one of {COMPUTE_DTYPES}")
     return text
 
 
@@ -243,7 +243,7 @@ def _received(args: dict[str, Any]):
         if not np.array_equal(r, x):
             i = tuple(int(j) for j in np.argwhere(r != x)[0])
             raise DTypeError(
-                f"{n}: got {x[i]!r} at {i} (canonical \"bhtd\" index), which is not a {dtype} "
+                f"{n}: got {float(x[i])!r} at {i} (canonical \"bhtd\" index), which is not a {dtype} "
                 f"number, expected exactly the {dtype} values the kernel received (glaref rounds "
                 f"nothing: pass the tensors the kernel was given, or the dtype it received)")
     return p, dtype, layout, scale

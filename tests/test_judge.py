@@ -306,6 +306,37 @@ def test_check_kernel_numpy_forward_only():
         gt.check_kernel(late, chunk_size=1, seqs=[9])
 
 
+def tf32_kernel(q, k, v, log_alpha, h0, scale):
+    """numpy_kernel with every product's operands rounded to TF32 (10 explicit mantissa bits), as
+    a GPU runs float32 matmuls by default (Triton's tl.dot); sums and the state in float32."""
+    from glaref._baseline import round_to
+
+    rep = v.shape[1] // q.shape[1]
+    q, k = np.repeat(q, rep, axis=1), np.repeat(k, rep, axis=1)
+    S, outs = h0.copy(), []
+    for t in range(q.shape[2]):
+        kv = round_to(k[:, :, t, :, None], "tf32") * round_to(v[:, :, t, None, :], "tf32")
+        S = S * np.exp(log_alpha[:, :, t])[..., None, None] + kv
+        outs.append(scale * np.einsum("bhk,bhkv->bhv", round_to(q[:, :, t], "tf32"),
+                                      round_to(S, "tf32")))
+    return np.stack(outs, 2), S
+
+
+def test_tf32_arithmetic_is_judged_as_tf32_when_said_so():
+    # float32 inputs multiplied as TF32: a bug for a float32 kernel, correct for a TF32 one
+    with pytest.raises(AssertionError, match=r"(?s)compute dtype float32.*FAIL o:"):
+        gt.check_kernel(tf32_kernel, chunk_size=1, seqs=[33])
+    (rec,) = gt.check_kernel(tf32_kernel, chunk_size=1, seqs=[33], compute_dtype="tf32")
+    assert rec["ok"] and rec["compute_dtype"] == "tf32"
+    _, inputs, p = _numpy_case()
+    o, h_T = tf32_kernel(*(inputs[n] for n in ("q", "k", "v", "log_alpha", "h0")), scale=1.0)
+    with pytest.raises(AssertionError, match=r"compute dtype float32"):
+        gt.assert_close_to_oracle({"o": o, "h_T": h_T}, **inputs, chunk_size=1)
+    per = gt.assert_close_to_oracle({"o": o, "h_T": h_T}, **inputs, chunk_size=1,
+                                    compute_dtype="tf32")
+    assert set(per) == {"o", "h_T"}
+
+
 REGISTRY: dict = {}
 
 

@@ -564,9 +564,6 @@ def _framework_row(kernel: Callable, name: str, framework: str, mode: str, cname
                    final=final, params=params)
 
 
-COMPUTE_DTYPES = ("float64", "float32", "tf32", "bfloat16", "float16")
-
-
 def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, configs=None,
                  seqs=None, modes=None, dtype: str = "float32", compute_dtype: str | None = None,
                  layout: str = "bhtd", scale: float = 1.0, seed: int = 0, regimes="standard",
@@ -607,7 +604,7 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
         chunk_size=chunk_size, accumulate_dtype=accumulate_dtype, regimes=regimes,
         oracle_impl=oracle_impl)
     cdtype = dtype if compute_dtype is None else _choices("compute_dtype", compute_dtype,
-                                                          COMPUTE_DTYPES)[0]
+                                                          _metrics.COMPUTE_DTYPES)[0]
     _check_accumulate(accumulate_dtype, cdtype)
     acc = _judge.accumulate_for(accumulate_dtype, cdtype)
     if framework == "numpy":     # forward only: one "fwd" row where fwd_bwd was asked for
