@@ -58,7 +58,8 @@ def round_problem(p: Problem, dtype: str) -> Problem:
     float64 (exact): the numbers a kernel of that dtype receives, on which the oracle runs."""
     def r(x):
         return None if x is None else round_to_dtype(x, dtype)
-    return Problem(r(p.q), r(p.k), r(p.v), r(p.log_alpha), r(p.h0), r(p.do), r(p.dh_T), p.dims)
+    return p._replace(q=r(p.q), k=r(p.k), v=r(p.v), log_alpha=r(p.log_alpha), h0=r(p.h0),
+                      do=r(p.do), dh_T=r(p.dh_T))
 
 
 def plan(regimes: Iterable[str], configs: dict[str, tuple[int, ...]],

@@ -237,6 +237,10 @@ def _received(args: dict[str, Any]):
         raise ValueError(f"scale: got {scale}, expected a finite number")
     arrays = {n: None if args.get(n) is None else to_host_float64(args[n], n) for n in _ARRAYS}
     p = canonicalize(*(arrays[n] for n in _ARRAYS), layout=layout)
+    if p.log_alpha.ndim != 3:
+        from ._errors import ShapeError
+        raise ShapeError(f"log_alpha: got shape {args['log_alpha'].shape} (vector gates), expected "
+                         "scalar gates (B, H, T) in the layout: the verdict judges scalar gates only")
     for n in ("q", "k", "v"):
         x = getattr(p, n)
         r = round_to_dtype(x, dtype)
