@@ -22,6 +22,7 @@ never re-raised, so one broken kernel does not stop a test suite's other checks.
 
 from __future__ import annotations
 
+import dis
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -49,6 +50,7 @@ class KernelRun:
     grads: dict[str, np.ndarray] | None = None
     dtypes: dict[str, str] = field(default_factory=dict)
     final_state: bool | None = None                   # did the kernel return h_T?
+    returned: str | None = None                       # the framework of the arrays it returned
     no_grads: str | None = None                       # why grads is None, when it is
     error: dict[str, str] | None = None               # the kernel raised (or returned garbage)
 
@@ -85,24 +87,39 @@ def to_host_float64(x: Any, name: str) -> np.ndarray:
     return to_float64(x, name)
 
 
+def array_framework(x: Any) -> str:
+    """The framework an array belongs to, from its type's module: "numpy", "jax", "torch", ..."""
+    root = (type(x).__module__ or "").split(".")[0]
+    return "jax" if root == "jaxlib" else root
+
+
 def _module_of(obj: Any) -> str:
     return getattr(obj, "__module__", None) or type(obj).__module__ or ""
 
 
 def _modules_reached(kernel: Any, depth: int = 3, budget: int = 300) -> set[str]:
     """Names of the modules a callable comes from or reaches through its code: its own module,
-    its class's bases, and, recursively (``depth`` levels, ``budget`` objects at most), what the
-    names in its code and closure resolve to (modules, functions, classes)."""
+    its class's bases, the modules its code imports, and, recursively (``depth`` levels,
+    ``budget`` objects at most), what the names in its code and closure resolve to (modules,
+    functions, classes, the attributes its code reads from those modules)."""
     found: set[str] = set()
-    seen: set[int] = set()
-    stack = [(kernel, depth)]
+    seen: set = set()
+    stack: list = [(kernel, depth, ())]
     while stack and len(seen) < budget:
-        obj, d = stack.pop()
-        if id(obj) in seen:
+        obj, d, attrs = stack.pop()
+        is_module = type(obj).__name__ == "module"
+        key = (id(obj), attrs) if is_module else id(obj)
+        if key in seen:
             continue
-        seen.add(id(obj))
-        if type(obj).__name__ == "module":
+        seen.add(key)
+        if is_module:
             found.add(obj.__name__)
+            # what the code reads from it (``mypkg.ops.kernel(...)``: ops, then kernel), among
+            # the attributes already loaded (nothing is imported here)
+            for nm in attrs:
+                inner = vars(obj).get(nm)
+                if inner is not None and (callable(inner) or type(inner).__name__ == "module"):
+                    stack.append((inner, d, attrs))
             continue
         classes = obj.__mro__ if isinstance(obj, type) else type(obj).__mro__
         found.update(c.__module__ or "" for c in classes)
@@ -112,7 +129,10 @@ def _modules_reached(kernel: Any, depth: int = 3, budget: int = 300) -> set[str]
         for attr in ("func", "__wrapped__", "__func__", "forward"):   # partial, wrappers, Modules
             inner = getattr(obj, attr, None)
             if inner is not None and callable(inner):
-                stack.append((inner, d))
+                stack.append((inner, d, ()))
+        call = getattr(type(obj), "__call__", None)     # an object of a class defining __call__
+        if hasattr(call, "__code__"):
+            stack.append((call, d, ()))
         code = getattr(obj, "__code__", None)
         if code is None:
             continue
@@ -121,13 +141,16 @@ def _modules_reached(kernel: Any, depth: int = 3, budget: int = 300) -> set[str]
             c = codes.pop()
             names.extend(c.co_names)
             codes.extend(x for x in c.co_consts if hasattr(x, "co_names"))
+            # modules imported inside the function (``import jax.numpy as jnp`` in its body)
+            found.update(i.argval for i in dis.get_instructions(c) if i.opname == "IMPORT_NAME")
         g = getattr(obj, "__globals__", {})
-        for nm in names:
+        attrs = tuple(dict.fromkeys(names))
+        for nm in attrs:
             if nm in g:
-                stack.append((g[nm], d - 1))
+                stack.append((g[nm], d - 1, attrs))
         for cell in getattr(obj, "__closure__", None) or ():
             try:
-                stack.append((cell.cell_contents, d - 1))
+                stack.append((cell.cell_contents, d - 1, attrs))
             except ValueError:              # an empty cell
                 pass
     return found
@@ -136,8 +159,8 @@ def _modules_reached(kernel: Any, depth: int = 3, budget: int = 300) -> set[str]
 def detect_framework(kernel: Callable) -> str:
     """The framework a kernel is written in, from the callable alone (nothing is imported).
 
-    The modules the kernel comes from or reaches through its code, its closure and the functions
-    those name (three levels deep): "torch" if any is torch's (``torch.exp``, an ``nn.Module``, a
+    The modules the kernel comes from, imports in its body or reaches through its code, its
+    closure and the functions those name (three levels deep): "torch" if any is torch's (``torch.exp``, an ``nn.Module``, a
     custom ``autograd.Function``), else "jax" if any is JAX's (``jnp.cumsum``, a jitted function),
     else "numpy". Pass ``framework=`` when this guesses wrong.
     """
@@ -237,6 +260,7 @@ def _run_torch(kernel, p, dtype, layout, scale_kw, want_grads, device, run: Kern
         return
     arrays_out, final, problem = _structure(out, p, layout)
     run.final_state = final
+    run.returned = array_framework(arrays_out[0]) if arrays_out else None
     if problem is not None:
         run.error = _problem_error("forward", problem)
         return
@@ -299,6 +323,7 @@ def _run_numpy(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
         return
     arrays_out, final, problem = _structure(out, p, layout)
     run.final_state = final
+    run.returned = array_framework(arrays_out[0]) if arrays_out else None
     if problem is not None:
         run.error = _problem_error("forward", problem)
         return
@@ -331,6 +356,7 @@ def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
         return
     arrays_out, final, problem = _structure(out, p, layout)
     run.final_state = final
+    run.returned = array_framework(arrays_out[0]) if arrays_out else None
     if problem is not None:
         run.error = _problem_error("forward", problem)
         return

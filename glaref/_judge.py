@@ -15,11 +15,30 @@ import time
 import numpy as np
 
 from . import _baseline, _verdict
-from ._inputs import Problem
+from ._inputs import _KIND, Problem, from_canonical
 
 FORWARD = ("o", "h_T")
 GRADS = ("q", "k", "v", "log_alpha", "h0")
 NAMES = FORWARD + GRADS
+
+# What a kernel that says nothing is assumed to accumulate in when its compute dtype is narrower:
+# float32, the practice of every production kernel of this recurrence (flash-linear-attention's
+# Triton kernels, mamba_ssm's SSD, axlearn's Pallas kernels accumulate dots and carry the state
+# in float32). A kernel that really accumulates in its 16-bit input dtype is judged with
+# accumulate_dtype equal to that dtype, and then gets the (much looser) all-16-bit bound.
+DEFAULT_ACCUMULATE = "float32"
+
+
+def accumulate_for(accumulate_dtype: str | None, compute_dtype: str) -> str | None:
+    """The accumulate_dtype a kernel is judged with at ``compute_dtype``: the one it promises
+    (``DEFAULT_ACCUMULATE`` when it promises none) when that is strictly more precise than
+    ``compute_dtype`` (a float32 promise means nothing for float32 or float64 inputs), else None."""
+    from .tolerances import UNIT_ROUNDOFF
+
+    acc = accumulate_dtype or DEFAULT_ACCUMULATE
+    if UNIT_ROUNDOFF[acc] >= UNIT_ROUNDOFF[compute_dtype]:
+        return None
+    return acc
 
 
 class Truth:
@@ -126,3 +145,16 @@ def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[st
                                 grads=grads, compute_dtype=compute_dtype,
                                 accumulate_dtype=accumulate_dtype, chunk_size=chunk_size)
             for name in NAMES if outputs.get(name) is not None}
+
+
+def locate_nonfinite(per: dict[str, _verdict.Assessment], canonical: dict[str, np.ndarray],
+                     layout: str) -> None:
+    """Re-express each failing Assessment's first non-finite index in the caller's ``layout``
+    (``assess`` finds it in the canonical one), its reason with it; ``canonical``: the values
+    judged."""
+    from . import _metrics
+
+    for name, a in per.items():
+        if a.nonfinite:
+            a.first_nonfinite = _metrics.nonfinite(from_canonical(canonical[name], _KIND[name], layout))[1]
+            a.reason = f"{name}: {a.nonfinite} non-finite value(s), first at {tuple(a.first_nonfinite)}"

@@ -29,6 +29,8 @@ GRADS = ("q", "k", "v", "log_alpha", "h0")
 NAMES = OUTPUTS + GRADS
 
 FLOAT_DTYPES = ("float64", "float32", "bfloat16", "float16")
+# the arithmetic a kernel's errors are measured in: its input dtype, or TF32 for float32 matmuls
+COMPUTE_DTYPES = ("float64", "float32", "tf32", "bfloat16", "float16")
 PRECISIONS = ("default", "high", "highest")
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import numpy as np
 from hypothesis import note
 from hypothesis import strategies as st
 
@@ -97,14 +96,8 @@ _dims_default, _regimes_default, _seeds_default = dims, regimes, seeds
 
 def rounded(problem: Problem, dtype: str) -> Problem:
     """``problem`` with every array rounded to ``dtype`` and widened back to float64 (exact): the
-    numbers a kernel of that dtype receives, on which the oracle is then run. bfloat16 needs
-    ml_dtypes."""
-    if dtype == "bfloat16":
-        import ml_dtypes
-        npd = np.dtype(ml_dtypes.bfloat16)
-    elif dtype in DTYPES:
-        npd = np.dtype(dtype)
-    else:
+    numbers a kernel of that dtype receives, on which the oracle is then run."""
+    if dtype not in DTYPES:
         raise ValueError(f"dtype: got {dtype!r}, expected one of {DTYPES}")
-    from .audit._engine import _round_problem      # the audit's own rounding, not a second copy
-    return _round_problem(problem, npd)
+    from ._problems import round_problem      # the audit's own rounding, not a second copy
+    return round_problem(problem, dtype)

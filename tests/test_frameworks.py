@@ -238,6 +238,33 @@ def test_detection():
     assert run.framework == "numpy" and run.error["stage"] == "forward"
 
 
+def test_detection_sees_local_imports_module_attributes_and_callable_objects():
+    pytest.importorskip("jax", reason="jax is not installed (pip install 'glaref[jax]')")
+    import glaref.kernels
+
+    def local_import(q, k, v, log_alpha, h0):
+        import jax.numpy as jnp          # imported in the body: no global names it
+        return jnp.cumsum(v, axis=2)
+
+    def through_a_module(q, k, v, log_alpha, h0):
+        return glaref.kernels.scan(q, k, v, log_alpha, h0)    # a module's attribute's attribute
+
+    class Callable:
+        def __call__(self, q, k, v, log_alpha, h0):
+            import jax.numpy as jnp
+            return jnp.asarray(v)
+
+    assert detect_framework(local_import) == "jax"
+    assert detect_framework(through_a_module) == "jax"
+    assert detect_framework(Callable()) == "jax"
+    assert detect_framework(numpy_loop) == "numpy"
+
+
+def test_the_framework_of_the_returned_arrays_is_recorded():
+    p = rand_problem(1, 1, 1, 3, 2, 2, seed=15)
+    assert run_kernel(numpy_loop, p, "float32").returned == "numpy"
+
+
 def test_bad_arguments_raise():
     p = rand_problem(1, 1, 1, 3, 2, 2, seed=14)
     with pytest.raises(ValueError, match=r"^framework: got 'tf'"):

@@ -1,8 +1,9 @@
 """The audit engine: regime -> inputs -> oracle + kernel -> metrics + verdicts -> records.
 
-For every regime, config, sequence length (and the sizes the regime derives from them) the
-float64 inputs are generated once, rounded once to the audited dtype (so the oracle sees exactly
-what the kernel sees and only the kernel's arithmetic is measured), and the oracle runs once:
+For every regime, config, sequence length (and the sizes the regime derives from them: the plan
+of ``glaref._problems``) the float64 inputs are generated once, rounded once to the audited dtype
+(so the oracle sees exactly what the kernel sees and only the kernel's arithmetic is measured),
+and the oracle runs once:
 forward, vjp and the error-budget scales, each timed on its own and never counted as the kernel's.
 Then for every mode and kernel one row is measured (``_run_row``) and appended to the records, to
 the JSON file (rewritten atomically after every row) and to the caller's callback.
@@ -13,6 +14,11 @@ with a non-finite output, or an output that fails either tier of the verdict
 times the error of the same-precision reference kernels on the same inputs, or beyond the proven
 worst-case bound), is recorded as failed (``ok`` false, ``failures`` naming each failing output
 with its tier and figure).
+
+:func:`audit` runs JAX kernels (jit, ``jax.vjp``, timing, XLA memory). :func:`audit_kernel` runs
+a torch or NumPy kernel through ``glaref._frameworks.run_kernel`` on the same problems, judged by
+the same loop into the same records (``_judged``), accuracy only; ``glaref.testing.check_kernel``
+picks one by the kernel's framework.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .. import _budget, _judge, _metrics
+from .. import _budget, _judge, _metrics, _problems
 from .._inputs import Dims, Problem, check_layout, from_canonical, to_canonical
 from ._errors import AuditUsageError
 from ._presets import MODES, PRESETS, check_config, parse_config
@@ -99,12 +105,41 @@ def _choices(name: str, values, allowed: Iterable[str]) -> list[str]:
     return vals
 
 
-def _round_problem(p: Problem, np_dtype) -> Problem:
-    """Round every array to the audited dtype and back to float64 (exact), so that the oracle and
-    the kernel see the same numbers (cu_seqlens and the sizes are kept)."""
-    def r(x):
-        return None if x is None else np.asarray(x).astype(np_dtype).astype(np.float64)
-    return p._replace(**{n: r(getattr(p, n)) for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")})
+def _checked(configs, seqs, modes, *, pre, dtype: str, layout: str, scale, chunk_size,
+             accumulate_dtype, regimes, oracle_impl):
+    """The arguments every audit shares, checked (AuditUsageError naming the bad one):
+    (configs, seqs, modes, scale, regimes, oracle), defaults from the preset ``pre``."""
+    from .. import regimes as _regimes
+
+    cfgs = _configs(configs, pre.configs)
+    seq_list = _seqs(seqs, pre.seqs)
+    mode_list = _choices("mode", modes if modes is not None else pre.modes, MODES)
+    _choices("dtype", dtype, _metrics.FLOAT_DTYPES)
+    try:
+        check_layout(layout)
+    except ValueError as exc:
+        raise AuditUsageError(str(exc)) from None
+    try:
+        scale = float(scale)
+    except (TypeError, ValueError):
+        raise AuditUsageError(f"scale: got {scale!r}, expected a real number") from None
+    if not math.isfinite(scale):
+        raise AuditUsageError(f"scale: got {scale}, expected a finite number")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
+                                   or chunk_size < 1):
+        raise AuditUsageError(f"chunk_size: got {chunk_size!r}, expected a positive integer or None")
+    if accumulate_dtype is not None:
+        _choices("accumulate_dtype", accumulate_dtype, _metrics.FLOAT_DTYPES)
+    regime_list = _choices("regime", regimes, _regimes.REGIMES)
+    oracle = oracle_impl or _default_oracle()
+    _choices("oracle_impl", oracle, ("numba", "numpy"))
+    return cfgs, seq_list, mode_list, scale, regime_list, oracle
+
+
+def _check_accumulate(accumulate_dtype: str | None, cdtype: str) -> None:
+    if accumulate_dtype is not None and UNIT_ROUNDOFF[accumulate_dtype] > UNIT_ROUNDOFF[cdtype]:
+        raise AuditUsageError(f"accumulate_dtype: got {accumulate_dtype!r}, expected a format at "
+                              f"least as precise as the compute dtype {cdtype!r}")
 
 
 def _warm_oracle(impl: str) -> None:
@@ -174,22 +209,56 @@ def _worst(values: Iterable[float]) -> float:
     return max(vals) if vals else math.nan
 
 
-# What a kernel that says nothing is assumed to accumulate in when its compute dtype is narrower:
-# float32, the practice of every production kernel of this recurrence (flash-linear-attention's
-# Triton kernels, mamba_ssm's SSD, axlearn's Pallas kernels accumulate dots and carry the state
-# in float32). A kernel that really accumulates in its 16-bit input dtype is audited with
-# accumulate_dtype equal to that dtype, and then gets the (much looser) all-16-bit bound.
-DEFAULT_ACCUMULATE = "float32"
+DEFAULT_ACCUMULATE = _judge.DEFAULT_ACCUMULATE
 
 
 def _accumulate(subject: Subject, cdtype: str) -> str | None:
-    """The accumulate_dtype a subject is judged with at compute dtype ``cdtype``: its own (or
-    DEFAULT_ACCUMULATE when it gives none) when that is strictly more precise than ``cdtype``
-    (a float32 promise means nothing for float32 or float64 inputs), else None."""
-    acc = subject.accumulate_dtype or DEFAULT_ACCUMULATE
-    if UNIT_ROUNDOFF[acc] >= UNIT_ROUNDOFF[cdtype]:
-        return None
-    return acc
+    """The accumulate_dtype a subject is judged with at compute dtype ``cdtype``
+    (``glaref._judge.accumulate_for``)."""
+    return _judge.accumulate_for(subject.accumulate_dtype, cdtype)
+
+
+def _judged(rec: dict[str, Any], per: dict[str, Any], canonical: dict[str, np.ndarray],
+            truth: _judge.Truth, *, layout: str, cdtype: str, mode: str, final: bool,
+            params: dict[str, Any]) -> dict[str, Any]:
+    """Complete a measured row's record from the verdicts ``per`` of ``_judge.assess_outputs``
+    (its figures, ``params``, ok, failed_tier, failures, verdict, the oracle's time): the one
+    record format of every kernel the engine runs, JAX, torch or NumPy. ``canonical``: the
+    kernel's values (float64, "bhtd"), from which the first non-finite index is reported in the
+    caller's ``layout`` and dlog_alpha's direct-form budget_ulps computed."""
+    _judge.locate_nonfinite(per, canonical, layout)   # the first bad index in the caller's layout
+    direct: dict[str, Any] = {}
+    if "log_alpha" in per:   # the direct form's budget_ulps beside the identity's
+        direct["log_alpha"] = _budget.budget_ulps(
+            "log_alpha", canonical["log_alpha"], truth.reference("log_alpha", final),
+            truth.scales(final, True)["log_alpha"], cdtype, truth.p.dims)[0]
+    failures = [a.reason for a in per.values() if not a.ok]
+
+    outs_names = [n for n in _metrics.OUTPUTS if n in per]
+    rec["rel_err"] = _worst(a.rel_err for a in per.values())
+    if mode == "fwd_bwd":
+        rec["rel_err_grads"] = {n: per[n].rel_err for n in _metrics.GRADS}
+    rec["rel_err_out"] = {n: per[n].rel_err for n in outs_names}
+    rec["max_abs_err"] = {n: a.max_abs_err for n, a in per.items()}
+    rec["reference_rel_err"] = {n: a.baseline_rel_err for n, a in per.items()}
+    rec["reference_ratio"] = {n: a.ratio for n, a in per.items()}
+    rec["allowed_ratio"] = _verdict_ratio()
+    rec["budget_ulps"] = {n: a.budget_ulps for n, a in per.items()}
+    rec["budget_bound"] = {n: a.bound for n, a in per.items()}
+    rec["budget_ulps_direct"] = direct
+    rec["nonfinite"] = {n: a.nonfinite for n, a in per.items()}
+    rec["nonfinite_first_index"] = {n: a.first_nonfinite for n, a in per.items() if a.nonfinite}
+    rec.update(params)
+    rec["ok"] = not failures
+    rec["failed_tier"] = {n: a.failed_tier for n, a in per.items() if not a.ok}
+    rec["failures"] = failures
+    rec["verdict"] = _report.verdict(rec)
+    # the oracle's own time on these inputs (never part of the kernel's figures)
+    wanted = ["forward", "scales", "reference_scan", "reference_chunked"] if mode == "fwd" else \
+        ["forward", "vjp_dh_T" if final else "vjp", "scales_vjp", "reference_scan_vjp",
+         "reference_chunked_vjp"]
+    rec["oracle_ms"] = {k: truth.ms[k] for k in wanted if k in truth.ms}
+    return rec
 
 
 class _Run:
@@ -290,52 +359,17 @@ class _Run:
             raw.update(zip(_metrics.GRADS, grads))
         acc = _accumulate(subject, self.cdtype)
         arrays = {n: np.asarray(x) for n, x in raw.items()}
+        canonical = {n: to_canonical(_to64(x), _KINDS[n], self.layout) for n, x in arrays.items()}
         per = _judge.assess_outputs(
-            truth, {n: to_canonical(_to64(x), _KINDS[n], self.layout) for n, x in arrays.items()},
-            {n: _dtype_name(x.dtype) for n, x in arrays.items()}, final=bool(final),
+            truth, canonical, {n: _dtype_name(x.dtype) for n, x in arrays.items()}, final=bool(final),
             grads=mode == "fwd_bwd", compute_dtype=self.cdtype, accumulate_dtype=acc,
             chunk_size=subject.chunk_size)
-        for name, a in per.items():
-            if a.nonfinite:      # report the first bad index in the caller's layout
-                a.first_nonfinite = _metrics.nonfinite(arrays[name].astype(np.float64))[1]
-                a.reason = f"{name}: {a.nonfinite} non-finite value(s), first at {tuple(a.first_nonfinite)}"
-        direct: dict[str, Any] = {}
-        if "log_alpha" in per:   # the direct form's budget_ulps beside the identity's
-            direct["log_alpha"] = _budget.budget_ulps(
-                "log_alpha", to_canonical(_to64(arrays["log_alpha"]), "gate", self.layout),
-                truth.reference("log_alpha", bool(final)),
-                truth.scales(bool(final), True)["log_alpha"], self.cdtype, dims)[0]
-        failures = [a.reason for a in per.values() if not a.ok]
-
-        outs_names = [n for n in _metrics.OUTPUTS if n in per]
         rec.update({k: measured.get(k) for k in ("compile_s", "inner", "median_ms", "q1_ms", "q3_ms",
                                                   "xla_temp_mb", "xla_arg_mb", "xla_out_mb")})
         if mode == "fwd_bwd":
             rec["residual_mb"] = measured["residual_mb"]
-        rec["rel_err"] = _worst(a.rel_err for a in per.values())
-        if mode == "fwd_bwd":
-            rec["rel_err_grads"] = {n: per[n].rel_err for n in _metrics.GRADS}
-        rec["rel_err_out"] = {n: per[n].rel_err for n in outs_names}
-        rec["max_abs_err"] = {n: a.max_abs_err for n, a in per.items()}
-        rec["reference_rel_err"] = {n: a.baseline_rel_err for n, a in per.items()}
-        rec["reference_ratio"] = {n: a.ratio for n, a in per.items()}
-        rec["allowed_ratio"] = _verdict_ratio()
-        rec["budget_ulps"] = {n: a.budget_ulps for n, a in per.items()}
-        rec["budget_bound"] = {n: a.bound for n, a in per.items()}
-        rec["budget_ulps_direct"] = direct
-        rec["nonfinite"] = {n: a.nonfinite for n, a in per.items()}
-        rec["nonfinite_first_index"] = {n: a.first_nonfinite for n, a in per.items() if a.nonfinite}
-        rec.update(self.params(subject, regime, final))
-        rec["ok"] = not failures
-        rec["failed_tier"] = {n: a.failed_tier for n, a in per.items() if not a.ok}
-        rec["failures"] = failures
-        rec["verdict"] = _report.verdict(rec)
-        # the oracle's own time on these inputs (never part of the kernel's figures)
-        wanted = ["forward", "scales", "reference_scan", "reference_chunked"] if mode == "fwd" else \
-            ["forward", "vjp_dh_T" if final else "vjp", "scales_vjp", "reference_scan_vjp",
-             "reference_chunked_vjp"]
-        rec["oracle_ms"] = {k: truth.ms[k] for k in wanted if k in truth.ms}
-        return rec
+        return _judged(rec, per, canonical, truth, layout=self.layout, cdtype=self.cdtype,
+                       mode=mode, final=bool(final), params=self.params(subject, regime, final))
 
     def check_memory(self, mem: dict[str, float | None]) -> str | None:
         if not self.memory_guard:
@@ -408,48 +442,26 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     non-finite values fail). Built-in kernels carry their own (chunked: 64, scan: 1, both
     accumulating in float32).
     """
-    from .. import regimes as _regimes
-
     if preset not in PRESETS:
         raise AuditUsageError(f"preset: got {preset!r}, expected one of {sorted(PRESETS)}")
     pre = PRESETS[preset]
     impl_list = _split(impls) if impls is not None else list(pre.impls)
     if not impl_list:
         raise AuditUsageError("impl: got no kernel")
-    cfgs = _configs(configs, pre.configs)
-    seq_list = _seqs(seqs, pre.seqs)
-    mode_list = _choices("mode", modes if modes is not None else pre.modes, MODES)
-    _choices("dtype", dtype, _metrics.FLOAT_DTYPES)
+    cfgs, seq_list, mode_list, scale, regime_list, oracle = _checked(
+        configs, seqs, modes, pre=pre, dtype=dtype, layout=layout, scale=scale,
+        chunk_size=chunk_size, accumulate_dtype=accumulate_dtype, regimes=regimes,
+        oracle_impl=oracle_impl)
     _choices("precision", precision, _metrics.PRECISIONS)
-    try:
-        check_layout(layout)
-    except ValueError as exc:
-        raise AuditUsageError(str(exc)) from None
-    try:
-        scale = float(scale)
-    except (TypeError, ValueError):
-        raise AuditUsageError(f"scale: got {scale!r}, expected a real number") from None
-    if not math.isfinite(scale):
-        raise AuditUsageError(f"scale: got {scale}, expected a finite number")
     reps = pre.repeats if repeats is None else int(repeats)
     if reps < 0:
         raise AuditUsageError(f"repeats: got {repeats}, expected a non-negative integer "
                               "(0: no timing)")
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
-                                   or chunk_size < 1):
-        raise AuditUsageError(f"chunk_size: got {chunk_size!r}, expected a positive integer or None")
-    if accumulate_dtype is not None:
-        _choices("accumulate_dtype", accumulate_dtype, _metrics.FLOAT_DTYPES)
-    regime_list = _choices("regime", regimes, _regimes.REGIMES)
-    oracle = oracle_impl or _default_oracle()
-    _choices("oracle_impl", oracle, ("numba", "numpy"))
 
     jax = _device.import_jax()
     device = _device.select_device(backend)
     cdtype = _metrics.compute_dtype(dtype, precision, device.platform)
-    if accumulate_dtype is not None and UNIT_ROUNDOFF[accumulate_dtype] > UNIT_ROUNDOFF[cdtype]:
-        raise AuditUsageError(f"accumulate_dtype: got {accumulate_dtype!r}, expected a format at "
-                              f"least as precise as the compute dtype {cdtype!r}")
+    _check_accumulate(accumulate_dtype, cdtype)
     x64 = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
     with x64, jax.default_device(device):
         subjects = [resolve(i, layout=layout, precision=precision, scale=scale,
@@ -471,16 +483,11 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
             writer.write()
         _warm_oracle(oracle)
 
-        plan = []
-        for regime in regime_list:
-            for cname, (B, G, H, dk, dv) in cfgs.items():
-                for T in seq_list:
-                    for dims in _regimes.REGIMES[regime].cases(Dims(B, G, H, T, dk, dv)):
-                        plan.append((regime, cname, dims))
+        plan = _problems.plan(regime_list, cfgs, seq_list)
         total = len(plan) * len(mode_list) * len(subjects)
         records: list[dict[str, Any]] = []
         for regime, cname, dims in plan:
-            problem = _round_problem(_regimes.make_inputs(regime, dims, seed), run.np_dtype)
+            problem = _problems.make_problem(regime, dims, seed, dtype)
             truth = _judge.Truth(problem, scale, oracle)
             truth.forward()
             arr = run.device_arrays(problem)
@@ -496,4 +503,124 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
                     if on_record:
                         on_record(rec)
             del arr
+    return records
+
+
+# ---------------------------------------------------------------- torch and NumPy kernels
+
+def _framework_row(kernel: Callable, name: str, framework: str, mode: str, cname: str,
+                   regime: str, truth: _judge.Truth, *, dtype: str, cdtype: str, layout: str,
+                   scale: float, seed: int, chunk_size: int | None, acc: str | None,
+                   device: str | None, detected: bool, oracle_impl: str) -> dict[str, Any]:
+    """One row of a kernel run by ``glaref._frameworks.run_kernel`` on ``truth``'s problem."""
+    from .._frameworks import run_kernel
+
+    dims = truth.p.dims
+    rec = {"impl": name, "mode": mode, "config": cname, "batch": dims.B, "groups": dims.G,
+           "heads": dims.H, "seq": dims.T, "dk": dims.dk, "dv": dims.dv}
+    run = run_kernel(kernel, truth.p, dtype, layout=layout, scale=scale, framework=framework,
+                     grads=mode == "fwd_bwd", device=device)
+    params = {"dtype": dtype, "compute_dtype": cdtype, "precision": None, "layout": layout,
+              "regime": regime, "seed": seed, "scale": scale, "final_state": run.final_state,
+              "chunk_size": chunk_size, "accumulate_dtype": acc, "framework": framework}
+    problem = None
+    if run.error is not None:
+        e = run.error
+        first = (e["message"].splitlines() or [""])[0][:300]
+        problem = first if e["type"] == "KernelOutputError" else \
+            (f"{e['type']}: {first}" if first else e["type"])
+        if e["stage"] == "backward":
+            problem += " (in the backward pass)"
+        if detected:
+            problem += (f" [run as a {framework} kernel, detected from its code: pass framework= "
+                        "if it is written in another]")
+    elif detected and run.returned not in (framework, None):
+        problem = (f"the kernel returned {run.returned} arrays for {framework} inputs: it was taken "
+                   f"for a {framework} kernel (detected from its code); pass "
+                   f"framework={run.returned!r}")
+    if problem is not None:     # a kernel that raises fails: the caller asked for it to run
+        rec.update({"skipped": problem, **params, "ok": False, "failures": [problem]})
+        return rec
+    if mode == "fwd_bwd" and run.grads is None:
+        rec["mode"] = "fwd"
+        params["forward_only"] = run.no_grads
+    inputs_seen = run.inputs
+    if not all(np.array_equal(getattr(inputs_seen, n), getattr(truth.p, n))
+               for n in ("q", "k", "v", "log_alpha", "h0")):
+        # the framework rounded differently from glaref (never expected: the problem holds
+        # values of the dtype already); judge against what the kernel received
+        truth = _judge.Truth(inputs_seen, scale, oracle_impl)
+    values = {**run.outputs, **(run.grads or {})}
+    dtypes = {n: run.dtypes[n] for n in run.outputs}
+    dtypes.update({n: run.dtypes[f"d{n}"] for n in (run.grads or {})})
+    final = bool(run.final_state)
+    per = _judge.assess_outputs(truth, values, dtypes, final=final, grads=run.grads is not None,
+                                compute_dtype=cdtype, accumulate_dtype=acc, chunk_size=chunk_size)
+    rec.update({k: None for k in ("compile_s", "inner", "median_ms", "q1_ms", "q3_ms",
+                                  "xla_temp_mb", "xla_arg_mb", "xla_out_mb")})
+    if rec["mode"] == "fwd_bwd":
+        rec["residual_mb"] = None
+    return _judged(rec, per, values, truth, layout=layout, cdtype=cdtype, mode=rec["mode"],
+                   final=final, params=params)
+
+
+def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, configs=None,
+                 seqs=None, modes=None, dtype: str = "float32", compute_dtype: str | None = None,
+                 layout: str = "bhtd", scale: float = 1.0, seed: int = 0, regimes="standard",
+                 chunk_size: int | None = None, accumulate_dtype: str | None = None,
+                 device: str | None = None, oracle_impl: str | None = None) -> list[dict[str, Any]]:
+    """Accuracy rows of one torch or NumPy kernel (``framework``), one record per row.
+
+    The rows, problems (``glaref._problems``: regime inputs rounded to ``dtype``), oracle
+    (``_judge.Truth``), verdict (``_judge.assess_outputs``) and record format (``_judged``) are
+    :func:`audit`'s; the kernel is run by ``glaref._frameworks.run_kernel`` (gradients through
+    torch.autograd) instead of being compiled by JAX, so the timing and XLA memory fields are
+    null. Defaults as :func:`audit`'s "quick" preset.
+
+    compute_dtype: the arithmetic the kernel's errors are measured in: None for ``dtype``
+    itself, "tf32" for float32 inputs multiplied as TF32 (a Triton ``tl.dot`` on an NVIDIA GPU,
+    or torch with ``allow_tf32``). device: where a torch kernel's inputs go ("cpu" by default,
+    "cuda"). detected: the framework was guessed from the kernel's code, so a kernel returning
+    another framework's arrays fails with a message saying which ``framework=`` to pass.
+
+    Records carry two keys of their own: ``framework``, and ``forward_only`` (the reason) on rows
+    asked for fwd_bwd whose kernel is not differentiable (a NumPy kernel, a torch kernel whose
+    outputs do not require grad): those are measured forward only and recorded as mode "fwd".
+    A kernel that raises, or returns the wrong structure, is a failed row (``ok`` false,
+    ``skipped`` and ``failures`` giving the reason).
+    """
+    from .._frameworks import FRAMEWORKS
+
+    if framework not in FRAMEWORKS:
+        raise AuditUsageError(f"framework: got {framework!r}, expected one of {FRAMEWORKS}")
+    if not callable(kernel):
+        raise AuditUsageError(f"kernel: got {type(kernel).__name__}, expected a {framework} "
+                              "callable (q, k, v, log_alpha, h0) -> o | (o, h_T)")
+    if device is not None and framework != "torch":
+        raise AuditUsageError(f"device: got {device!r} for a {framework} kernel, expected None "
+                              "(torch kernels only)")
+    cfgs, seq_list, mode_list, scale, regime_list, oracle = _checked(
+        configs, seqs, modes, pre=PRESETS["quick"], dtype=dtype, layout=layout, scale=scale,
+        chunk_size=chunk_size, accumulate_dtype=accumulate_dtype, regimes=regimes,
+        oracle_impl=oracle_impl)
+    cdtype = dtype if compute_dtype is None else _choices("compute_dtype", compute_dtype,
+                                                          _metrics.COMPUTE_DTYPES)[0]
+    _check_accumulate(accumulate_dtype, cdtype)
+    acc = _judge.accumulate_for(accumulate_dtype, cdtype)
+    if framework == "numpy":     # forward only: one "fwd" row where fwd_bwd was asked for
+        mode_list = list(dict.fromkeys("fwd" for _ in mode_list))
+    name = getattr(kernel, "__qualname__", None) or getattr(kernel, "__name__", None) or repr(kernel)
+    _warm_oracle(oracle)
+    records: list[dict[str, Any]] = []
+    for regime, cname, dims in _problems.plan(regime_list, cfgs, seq_list):
+        truth = _judge.Truth(_problems.make_problem(regime, dims, seed, dtype), scale, oracle)
+        truth.forward()
+        for mode in mode_list:
+            rec = _framework_row(kernel, name, framework, mode, cname, regime, truth, dtype=dtype,
+                                 cdtype=cdtype, layout=layout, scale=scale, seed=seed,
+                                 chunk_size=chunk_size, acc=acc, device=device,
+                                 detected=detected, oracle_impl=oracle)
+            if framework == "numpy":
+                rec["forward_only"] = "NumPy has no automatic differentiation: forward only"
+            records.append(rec)
     return records
