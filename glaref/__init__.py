@@ -20,6 +20,7 @@ __all__ = [
     "kernels",
     "scales",
     "GlarefError",
+    "golden",
     "Grads",
     "Scales",
     "LayoutError",
@@ -41,9 +42,9 @@ def __getattr__(name: str):
         # binds this attribute to the subpackage too
         import importlib
         return importlib.import_module(".audit", __name__)
-    if name == "kernels":
+    if name in ("kernels", "golden"):
         import importlib
-        return importlib.import_module(".kernels", __name__)
+        return importlib.import_module(f".{name}", __name__)
     if name == "scales":
         from ._budget import scales as public_scales
         return public_scales

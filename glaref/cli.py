@@ -3,6 +3,7 @@
     glaref audit                              # the quick preset: built-in kernels, small grid
     glaref audit --preset seed --json r.json  # the seed report's whole grid
     glaref audit --impl mykernels.py:gla --layout bthd --config 2,1,4,64,64 --seq 1000
+    glaref oracles verify                     # the golden vectors (oracles/) against this glaref
 
 Exit codes: 0 every row within the error bound, 1 a bound exceeded, a non-finite output or nothing
 measurable, 2 usage error, 3 environment error (jax missing, backend or matplotlib unavailable),
@@ -82,6 +83,8 @@ def _parser() -> _Parser:
                    "(needs matplotlib)")
     a.add_argument("--exit-zero", action="store_true", help="exit 0 even when an error bound is "
                    "exceeded (usage and environment errors still exit 2 and 3)")
+    from . import _golden_cli
+    _golden_cli.add_parser(sub)
     return p
 
 
@@ -181,8 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     if ns.command == "audit":
         return _audit(ns)
+    if ns.command == "oracles":
+        from . import _golden_cli
+        return _golden_cli.run(ns)
     parser.print_usage(sys.stderr)
-    print(f"{PROG}: error: a command is required (audit)", file=sys.stderr)
+    print(f"{PROG}: error: a command is required (audit or oracles)", file=sys.stderr)
     return 2
 
 

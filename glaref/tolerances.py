@@ -316,3 +316,28 @@ TOLERANCES.update({
         "rounding to float32; the oracle's own error (~1e-14) is negligible: 128 u32.",
     ),
 })
+
+
+# ---- golden vectors (glaref/_golden_build.py: `glaref oracles verify`, tests/test_golden.py) ----
+TOLERANCES.update({
+    "golden_recompute": Tolerance(
+        16384 * U64,
+        "|stored - recomputed| over the element's error scale, for the golden vectors' float64 "
+        "outputs, gradients and scales when verify runs on another platform (another BLAS or libm "
+        "sums in another order; on the generating platform they are bit-identical). Two float64 "
+        "evaluations of the same exact value, each within n u64 of the scale with, on the stored "
+        "sizes (T <= 1000, dk, dv <= 128, |log_alpha| <= ~50 per step): n <= 5 T + dk + dv + "
+        "ceil(log2 N) + |b_t - b_s| over a 64-step chunk (<= 64 * 50 / 4 on average gates) ~ 6000; "
+        "two of them, rounded up to 2^14 u64 (3.6e-12). A wrong value is off by O(1).",
+    ),
+    "golden_rule_figures": Tolerance(
+        2.0**-36,
+        "Relative gap between one verdict figure (normwise error, ratio, baseline, budget_ulps) "
+        "computed by two float64 implementations of oracles/README.md's rule: glaref's "
+        "(np.linalg.norm), the test's (a correctly rounded sum) or the README's C judge (a "
+        "plain loop, printed with 17 digits). A sum of N <= 2^15 squares (the largest stored "
+        "output; the test asserts it) in any order is within N u64 = 2^-38 of the exact one, the "
+        "square root halves it, a ratio adds a rounding: 2^-36 (1.5e-11) with margin. A wrong "
+        "rule is off by O(1).",
+    ),
+})

@@ -1,0 +1,89 @@
+"""``glaref oracles generate | verify``: the command-line face of glaref/_golden_build.py.
+
+    glaref oracles generate [--out DIR]           # write oracles/ (the cases and manifest.json)
+    glaref oracles verify [--dir DIR] [--strict]  # recompute every case, check hashes and values
+
+Exit codes: 0 done / every case matches, 1 a mismatch (each printed, naming the case and the
+array), 2 usage error, 3 environment error (mpmath missing for generate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(sub) -> None:
+    """Add the ``oracles`` command to the CLI's subparsers ``sub``."""
+    o = sub.add_parser(
+        "oracles", help="golden vectors (oracles/): generate or verify",
+        description="Golden vectors: float64 truth of canonical cases stored as .npz files with a "
+        "manifest (oracles/README.md documents the format), readable without glaref.")
+    acts = o.add_subparsers(dest="oracles_action", metavar="action", parser_class=type(o))
+    g = acts.add_parser("generate", help="write every case and manifest.json",
+                        description="Write every case (.npz, byte-for-byte deterministic on one "
+                        "platform) and manifest.json. mpmath figures are carried over while the "
+                        "arrays they measure are unchanged, else computed at 50 digits (needs mpmath).")
+    g.add_argument("--out", metavar="DIR", help="folder to write (default: the repository's "
+                   "oracles/)")
+    g.add_argument("--no-mpmath", action="store_true", help="leave the mpmath figures out (a "
+                   "quick regeneration check; the manifest then differs from the shipped one)")
+    g.add_argument("--recompute-mpmath", action="store_true", help="compute the mpmath figures "
+                   "even for unchanged files")
+    v = acts.add_parser("verify", help="recompute every case; check hashes and values",
+                        description="Check each file's sha256 against the manifest, recompute "
+                        "every case with this glaref and compare every array (inputs bit for bit, "
+                        "values within tolerance) and the manifest's fields. Exit 1 on any "
+                        "mismatch, naming the case and the array.")
+    v.add_argument("--dir", metavar="DIR", help="folder to check (default: the repository's "
+                   "oracles/, else the installed copy)")
+    v.add_argument("--strict", action="store_true", help="also require the recomputed files to be "
+                   "bit-identical (on the platform that generated them)")
+    v.add_argument("--mpmath", action="store_true", help="also recompute the 50-digit mpmath "
+                   "figures (minutes)")
+    v.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
+
+
+def _err(msg: str) -> None:
+    print(f"glaref oracles: error: {msg}", file=sys.stderr)
+
+
+def _has_mpmath() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("mpmath") is not None
+
+
+def run(ns: argparse.Namespace) -> int:
+    from . import _golden_build as gb
+
+    progress = (lambda m: print(m, file=sys.stderr, flush=True)) if sys.stderr.isatty() else None
+    if ns.oracles_action == "generate":
+        if not ns.no_mpmath and not _has_mpmath():
+            _err("generate needs mpmath for the manifest's 50-digit figures (pip install "
+                 "mpmath, or pass --no-mpmath)")
+            return 3
+        out = ns.out or gb.folder_default()
+        doc = gb.generate(out, mpmath=not ns.no_mpmath, recompute_mpmath=ns.recompute_mpmath,
+                          progress=progress)
+        print(f"wrote {len(doc['cases'])} cases, {doc['total_bytes']} bytes, and "
+              f"manifest.json to {out}")
+        return 0
+    if ns.oracles_action == "verify":
+        if ns.mpmath and not _has_mpmath():
+            _err("--mpmath needs mpmath (pip install mpmath)")
+            return 3
+        folder = ns.dir or gb.folder_default()
+        problems, notes = gb.verify(folder, strict=ns.strict, mpmath=ns.mpmath, names=ns.case,
+                                    progress=progress)
+        for line in notes:
+            print(f"note: {line}")
+        for line in problems:
+            print(f"MISMATCH {line}")
+        if problems:
+            print(f"FAIL: {len(problems)} mismatch(es) in {folder}")
+            return 1
+        print(f"OK: every case in {folder} matches this glaref"
+              + (" bit for bit" if ns.strict else ""))
+        return 0
+    _err("an action is required (generate or verify)")
+    return 2
