@@ -91,6 +91,26 @@ def problem_scales(p: Problem, scale: float = 1.0, impl: str = "numba") -> dict[
     return out
 
 
+GATE_STEP = 2.0**-20
+
+
+def gate_scales(p: Problem, scale: float = 1.0, impl: str = "numba") -> dict[str, np.ndarray]:
+    """Per element, the sum over its terms of |term| times the gate mass of the term's span (the
+    sum of |log_alpha| over the steps its decay factor covers): how far rounding the log-gate
+    sums moves the element, in units of u. A kernel that sums log gates in floating point before
+    exponentiating (every chunked kernel; the attention form over the whole sequence) makes an
+    exponent error of about u times that mass on each term, whatever else it does right.
+
+    Computed from the abs scales (``problem_scales``) as their derivative with respect to a
+    uniform relative increase of every |log_alpha| (each term's decay exp(sum la) becomes
+    exp(sum (la - h |la|)), whose derivative at h = 0 is -mass * term), by a forward difference
+    with step GATE_STEP: truncation ~ GATE_STEP * mass relative, negligible for a floor. Keys and
+    layout as ``problem_scales``; log_alpha_identity is not included."""
+    s0 = problem_scales(p, scale, impl)
+    s1 = problem_scales(p._replace(log_alpha=p.log_alpha - GATE_STEP * np.abs(p.log_alpha)), scale, impl)
+    return {n: np.maximum(s0[n] - s1[n], 0.0) / GATE_STEP for n in s0 if n != "log_alpha_identity"}
+
+
 def scales(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, scale=1.0, layout="bhtd",
            impl="numba", allow_nonfinite=False, cu_seqlens=None) -> Scales:
     """Per-element error scales of o, h_T and every gradient (``glaref.scales``).

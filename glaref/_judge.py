@@ -85,6 +85,19 @@ class Truth:
             self.ms["scales_vjp" if with_grads else "scales"] = (time.perf_counter() - t0) * 1e3
         return self._scales[key]
 
+    def gate_scales(self, with_dh_T: bool, with_grads: bool) -> dict[str, np.ndarray]:
+        """``_budget.gate_scales`` of this problem (the calibrated floor's gate term), cached."""
+        key = ("gate", with_dh_T, with_grads)
+        if key not in self._scales:
+            from ._budget import gate_scales
+            t0 = time.perf_counter()
+            p = self.p._replace(dh_T=self.p.dh_T if with_dh_T else None,
+                                do=self.p.do if with_grads else None)
+            self._scales[key] = gate_scales(p, self.scale, self.impl)
+            name = "gate_scales_vjp" if with_grads else "gate_scales"
+            self.ms[name] = (time.perf_counter() - t0) * 1e3
+        return self._scales[key]
+
     def references(self, with_dh_T: bool, grads: bool, chunk_size: int | None,
                    arithmetic: dict) -> dict[str, dict[str, np.ndarray]]:
         """The same-precision reference kernels' outputs on this problem ({kernel: {output:
@@ -130,7 +143,8 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
     return _verdict.assess(name, x, truth.reference(name, final), scale=sc,
                            compute_dtype=compute_dtype, dims=truth.p.dims,
                            log_alpha=truth.p.log_alpha, reference_outputs=ref_out,
-                           chunk_size=chunk_size, accumulate_dtype=accumulate_dtype)
+                           chunk_size=chunk_size, accumulate_dtype=accumulate_dtype,
+                           gate_scale=truth.gate_scales(final, grads)[name])
 
 
 def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[str, str], *,

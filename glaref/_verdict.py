@@ -229,14 +229,18 @@ def baseline_error(errors: dict[str, float], chunk_size: int | None) -> float:
     return max(c, math.sqrt(c * s))
 
 
-def calibrated_floor(ref_norm: float, compute_dtype: str, output: str, dims: Dims, size: int) -> float:
-    """The least baseline (normwise, absolute): one rounding of every element of the result,
-    u ||ref||_2, plus the underflow allowance of every element (``_budget.underflow_floor``). A
-    reference kernel can be exact where a correct kernel rounds once."""
+def calibrated_floor(ref_norm: float, gate_norm: float, compute_dtype: str, output: str, dims: Dims,
+                     size: int) -> float:
+    """The least baseline (normwise, absolute): one rounding of every element of the result and
+    of every log-gate sum it depends on, u (||ref||_2 + ||gate_scale||_2) (``_budget.gate_scales``:
+    each term weighted by the gate mass of its span), plus the underflow allowance of every
+    element (``_budget.underflow_floor``). The reference kernels can be exact, or form their
+    exponents over shorter spans, where a correct kernel rounds once more."""
     from ._budget import underflow_floor
 
     u = lookup(UNIT_ROUNDOFF, compute_dtype, "compute_dtype")
-    return tol("calibrated_floor") * u * ref_norm + math.sqrt(size) * underflow_floor(output, compute_dtype, dims)
+    return (tol("calibrated_floor") * u * (ref_norm + gate_norm)
+            + math.sqrt(size) * underflow_floor(output, compute_dtype, dims))
 
 
 @dataclass
@@ -267,7 +271,8 @@ def _norm(x: np.ndarray) -> float:
 
 def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_alpha,
            reference_outputs: dict[str, np.ndarray] | None, chunk_size: int | None = None,
-           accumulate_dtype: str | None = None, dtype_label: str | None = None) -> Assessment:
+           accumulate_dtype: str | None = None, dtype_label: str | None = None,
+           gate_scale=None) -> Assessment:
     """Figures and the two-tier verdict of one output (module docstring).
 
     x: the kernel's value (any real float dtype, canonical layout); ref: the oracle's float64
@@ -276,6 +281,7 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
     reference kernels for this output, already rounded to the dtype the kernel returned it in
     (None: the calibrated tier is not run and the verdict cannot pass). chunk_size and
     accumulate_dtype: what is known of the kernel (``budget_bound``, ``baseline_error``).
+    gate_scale: the output's ``_budget.gate_scales`` entry (None: no gate term in the floor).
     dtype_label names the references' precision in messages (default: the compute dtype).
     """
     from . import _metrics
@@ -300,8 +306,9 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
     err = _norm(x64 - ref)
     if reference_outputs is not None:
         errs = {k: _norm(np.asarray(v, dtype=np.float64) - ref) for k, v in reference_outputs.items()}
+        gate_norm = 0.0 if gate_scale is None else _norm(np.asarray(gate_scale, dtype=np.float64))
         base = max(baseline_error(errs, chunk_size),
-                   calibrated_floor(ref_norm, compute_dtype, output, dims, ref.size))
+                   calibrated_floor(ref_norm, gate_norm, compute_dtype, output, dims, ref.size))
         a.baseline_rel_err = base / ref_norm if ref_norm else base
         a.ratio = 0.0 if err == 0 else (err / base if base > 0 else math.inf)
     if a.budget_ulps is not None and a.budget_ulps > bound:

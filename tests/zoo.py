@@ -36,12 +36,24 @@ def _builtin(name: str, **kw):
     return functools.partial(getattr(kernels, name), return_final_state=True, **kw)
 
 
+def _float32(*xs):
+    """Inputs upcast to at least float32: every zoo kernel computes and accumulates in float32
+    (float64 stays float64) and rounds only its returned o to the input dtype, so that its
+    16-bit runs are judged as accumulating in float32 (gradients come back in each input's
+    dtype through the cast's own vjp)."""
+    import jax.numpy as jnp
+
+    return tuple(x.astype(jnp.promote_types(x.dtype, jnp.float32)) for x in xs)
+
+
 def quadratic(q, k, v, log_alpha, h0):
     """o_t = sum_{s <= t} exp(seg(s, t)) (q_t . k_s) v_s + exp(seg(0, t)) q_t h0 with
     seg(s, t) = sum_{s < r <= t} log_alpha_r built by a masked cumulative sum (ssd_minimal's
     ``segsum``): every exponent a sum over its own segment, never a difference of prefix sums."""
     import jax.numpy as jnp
 
+    out_dtype = v.dtype
+    q, k, v, log_alpha, h0 = _float32(q, k, v, log_alpha, h0)
     H, T = v.shape[1], v.shape[2]
     qh = jnp.repeat(q, H // q.shape[1], axis=1)
     kh = jnp.repeat(k, H // k.shape[1], axis=1)
@@ -58,7 +70,7 @@ def quadratic(q, k, v, log_alpha, h0):
          + L[..., 1:, 0, None] * jnp.einsum("bhtk,bhkv->bhtv", qh, h0, precision=hp))
     h_T = (L[..., -1, 0, None, None] * h0
            + jnp.einsum("bhs,bhsk,bhsv->bhkv", L[..., -1, 1:], kh, v, precision=hp))
-    return o, h_T
+    return o.astype(out_dtype), h_T
 
 
 def chunked_direct(q, k, v, log_alpha, h0, C: int = 32):
@@ -67,6 +79,8 @@ def chunked_direct(q, k, v, log_alpha, h0, C: int = 32):
     import jax.numpy as jnp
     from jax import lax
 
+    out_dtype = v.dtype
+    q, k, v, log_alpha, h0 = _float32(q, k, v, log_alpha, h0)
     B, G, T, dk = q.shape
     H, dv = v.shape[1], v.shape[3]
     N = max(1, -(-T // C))
@@ -99,7 +113,7 @@ def chunked_direct(q, k, v, log_alpha, h0, C: int = 32):
 
     h_T, O = lax.scan(step, h0, (Q, K, V, LA))
     o = jnp.moveaxis(O, 0, 2).reshape(B, H, N * C, dv)[:, :, :T]
-    return o, h_T
+    return o.astype(out_dtype), h_T
 
 
 def chunked_identity(q, k, v, log_alpha, h0):
