@@ -130,13 +130,15 @@ class Truth:
 
 def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, final: bool,
                   grads: bool, compute_dtype: str, accumulate_dtype: str | None = None,
-                  chunk_size: int | None = None) -> _verdict.Assessment:
+                  chunk_size: int | None = None,
+                  operand_dtype: str | None = None) -> _verdict.Assessment:
     """The Assessment of one output ``name`` of a kernel: ``x`` its canonical "bhtd" value (any
     float dtype), ``dtype`` the dtype name it was *returned* in (the reference kernels' values are
     rounded to it); other arguments as for :func:`assess_outputs`."""
     scales = truth.scales(final, grads)
     refs = truth.references(final, grads, chunk_size,
-                            _verdict.reference_arithmetic(compute_dtype, accumulate_dtype))
+                            _verdict.reference_arithmetic(compute_dtype, accumulate_dtype,
+                                                          operand_dtype))
     # dlog_alpha is held to the scale of the reverse-cumsum identity (_verdict, decision 3)
     sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
     ref_out = {k: _baseline.round_to(v[name], dtype) for k, v in refs.items()}
@@ -149,15 +151,16 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
 
 def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[str, str], *,
                    final: bool, grads: bool, compute_dtype: str,
-                   accumulate_dtype: str | None = None,
-                   chunk_size: int | None = None) -> dict[str, _verdict.Assessment]:
+                   accumulate_dtype: str | None = None, chunk_size: int | None = None,
+                   operand_dtype: str | None = None) -> dict[str, _verdict.Assessment]:
     """One Assessment per output the kernel gave (canonical "bhtd" values, any float dtype;
     ``dtypes`` the dtype name each was *returned* in, which the reference kernels' values are
     rounded to). ``final``: the kernel returned h_T (so dh_T was its cotangent); ``grads``: the
     gradients are among ``outputs``. Outputs missing from ``outputs`` (or None) are not judged."""
     return {name: assess_output(truth, name, outputs[name], dtypes.get(name), final=final,
                                 grads=grads, compute_dtype=compute_dtype,
-                                accumulate_dtype=accumulate_dtype, chunk_size=chunk_size)
+                                accumulate_dtype=accumulate_dtype, chunk_size=chunk_size,
+                                operand_dtype=operand_dtype)
             for name in NAMES if outputs.get(name) is not None}
 
 

@@ -193,22 +193,36 @@ def budget_bound(output: str, compute_dtype: str, dims: Dims, chunk_size: int | 
 
 # ---------------------------------------------------------------- the calibrated tier
 
-def reference_arithmetic(compute_dtype: str, accumulate_dtype: str | None) -> dict:
+def reference_arithmetic(compute_dtype: str, accumulate_dtype: str | None,
+                         operand_dtype: str | None = None) -> dict:
     """How the same-precision reference kernels (``glaref._baseline.run``) compute for a kernel
     of ``compute_dtype`` that accumulates in ``accumulate_dtype`` (None: in the compute dtype):
     ``arith`` (the dtype of every operation), ``operand`` (the format matmul operands are
-    rounded to) and ``storage`` (the format sums and states are rounded to)."""
+    rounded to) and ``storage`` (the format sums and states are rounded to).
+
+    float32 and float64: everything in that dtype. tf32 (float32 matmuls on an NVIDIA GPU at
+    default precision): float32 arithmetic with every matmul operand rounded to TF32, as the
+    hardware does. 16-bit inputs accumulating in float32: float32 arithmetic throughout, the
+    16-bit format only in the returned values (the caller rounds the references' outputs to the
+    dtypes the kernel returned), unless ``operand_dtype`` says the kernel also rounds its matmul
+    operands (flash-linear-attention's Triton kernels feed 16-bit operands to tl.dot): then the
+    references round theirs to it too. 16-bit inputs accumulating in their own format: operands
+    and sums rounded to it."""
     lookup(UNIT_ROUNDOFF, compute_dtype, "compute_dtype")
+    if operand_dtype is not None:
+        lookup(UNIT_ROUNDOFF, operand_dtype, "operand_dtype")
+        operand_dtype = None if operand_dtype in ("float32", "float64") else operand_dtype
     if compute_dtype == "float64":
         return {"arith": "float64", "operand": None, "storage": None}
     if compute_dtype == "float32":
-        return {"arith": "float32", "operand": None, "storage": None}
+        return {"arith": "float32", "operand": operand_dtype, "storage": None}
+    if compute_dtype == "tf32":
+        return {"arith": "float32", "operand": "tf32", "storage": None}
     acc = accumulate_dtype or compute_dtype
     lookup(UNIT_ROUNDOFF, acc, "accumulate_dtype")
-    if acc == "float64":        # a 16-bit or tf32 kernel promising float64 sums: float32 is
-        acc = "float32"         # what the references carry at most (errors dominated by operands)
-    return {"arith": "float32", "operand": compute_dtype,
-            "storage": None if acc == "float32" else acc}
+    if acc in ("float32", "float64"):   # float32 is what the references carry at most
+        return {"arith": "float32", "operand": operand_dtype, "storage": None}
+    return {"arith": "float32", "operand": compute_dtype, "storage": acc}
 
 
 def baseline_error(errors: dict[str, float], chunk_size: int | None) -> float:

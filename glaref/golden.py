@@ -48,7 +48,7 @@ SCALES = tuple(f"scale_{n}" for n in OUTPUTS) + ("scale_dlog_alpha_direct",)
 REFERENCE_KERNELS = ("scan", "chunked")
 # Rows of baseline_err and proven_bound: what is known of the judged kernel's structure.
 STRUCTURES = ("unknown", "step_by_step", "chunked_64")
-FIGURES = ("scale", "u", "ref_norm", "ref_err", "ref_budget_ulps", "floor_err", "baseline_err",
+FIGURES = ("scale", "u", "ref_norm", "gate_norm", "ref_err", "ref_budget_ulps", "floor_err", "baseline_err",
            "underflow_floor", "proven_bound")
 ARRAYS = INPUTS + OUTPUTS + SCALES + FIGURES
 
