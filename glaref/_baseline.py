@@ -43,7 +43,8 @@ import functools
 import numpy as np
 
 KERNELS = ("scan", "chunked")
-CHUNK = 64
+CHUNK = 64          # the chunked reference's chunk, what production kernels use
+CHUNK_WIDE = 256    # the widest chunk production kernels use: one extreme of unknown structure
 ROUNDINGS = ("tf32", "bfloat16", "float16")
 
 # mantissa bits dropped from float32's 23 to reach each format

@@ -91,34 +91,6 @@ def problem_scales(p: Problem, scale: float = 1.0, impl: str = "numba") -> dict[
     return out
 
 
-GATE_STEP = 2.0**-10
-
-
-def gate_scales(p: Problem, scale: float = 1.0, impl: str = "numba") -> dict[str, np.ndarray]:
-    """Per element, sqrt(sum over its terms of (term * mass)^2), mass the gate mass of the term's
-    span (the sum of |log_alpha| over the steps its decay factor covers): the typical error, in
-    units of u, that rounding the log-gate sums puts into the element. A kernel that sums log
-    gates in floating point before exponentiating (every chunked kernel; the attention form)
-    makes an exponent error of about u * mass on each term; independent errors add in quadrature
-    (the probabilistic model of Higham and Mary, 2019), so squares of terms are summed.
-
-    Computed with the recurrence itself: run on the squares of the inputs and cotangents with
-    doubled log gates (and scale^2), every element becomes sum of term^2 (the products of squared
-    components stand for the squared dot products, their expectation under random signs), each
-    term carrying exp(2 * its log decay); raising every |log_alpha| by a relative h multiplies a
-    term by exp(-2 h mass), so the second derivative in h at 0 is 4 sum (term * mass)^2, taken
-    by a central second difference with step GATE_STEP (truncation ~ (GATE_STEP * mass)^2
-    relative; rounding ~ 4 u64 / GATE_STEP^2 ~ 4e-10 of sum term^2). Keys and layout as
-    ``problem_scales``; log_alpha_identity is not included."""
-    sq = p._replace(q=p.q**2, k=p.k**2, v=p.v**2, h0=p.h0**2,
-                    do=None if p.do is None else p.do**2, dh_T=None if p.dh_T is None else p.dh_T**2)
-    la, mass = 2.0 * p.log_alpha, 2.0 * np.abs(p.log_alpha)
-    f = [problem_scales(sq._replace(log_alpha=la - h * mass), scale**2, impl)
-         for h in (-GATE_STEP, 0.0, GATE_STEP)]
-    return {n: np.sqrt(np.maximum(f[0][n] - 2.0 * f[1][n] + f[2][n], 0.0) / (4.0 * GATE_STEP**2))
-            for n in f[1] if n != "log_alpha_identity"}
-
-
 def scales(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, scale=1.0, layout="bhtd",
            impl="numba", allow_nonfinite=False, cu_seqlens=None) -> Scales:
     """Per-element error scales of o, h_T and every gradient (``glaref.scales``).

@@ -206,9 +206,7 @@ def build_arrays(spec: Spec, dtype: str, impl: str = ORACLE_IMPL) -> dict[str, n
 
     n_out, n_k, n_s = len(OUTPUTS), len(golden.REFERENCE_KERNELS), len(STRUCTURES)
     nan = np.full
-    gates = truth.gate_scales(final, True)
-    fig = {"ref_norm": nan(n_out, np.nan), "gate_norm": nan(n_out, np.nan),
-           "ref_err": nan((n_k, n_out), np.nan),
+    fig = {"ref_norm": nan(n_out, np.nan), "ref_err": nan((n_k, n_out), np.nan),
            "ref_budget_ulps": nan((n_k, n_out), np.nan), "floor_err": nan(n_out, np.nan),
            "baseline_err": nan((n_s, n_out), np.nan), "underflow_floor": nan(n_out, np.nan),
            "proven_bound": nan((n_s, n_out), np.nan)}
@@ -223,9 +221,8 @@ def build_arrays(spec: Spec, dtype: str, impl: str = ORACLE_IMPL) -> dict[str, n
             errs[kern] = _norm(x - ref)
             fig["ref_err"][j, i] = errs[kern]
             fig["ref_budget_ulps"][j, i] = _budget.budget_ulps(g, x, ref, sc, dtype, p.dims)[0]
-        fig["gate_norm"][i] = _norm(gates[g])
-        fig["floor_err"][i] = _verdict.calibrated_floor(fig["ref_norm"][i], fig["gate_norm"][i], dtype,
-                                                        g, p.dims, ref.size)
+        fig["floor_err"][i] = _verdict.calibrated_floor(fig["ref_norm"][i], dtype, dtype, g, p.dims,
+                                                        ref.size)
         fig["underflow_floor"][i] = _budget.underflow_floor(g, dtype, p.dims)
         for r, s in enumerate(STRUCTURES):
             cs = STRUCTURE_CHUNK[s]
@@ -375,8 +372,7 @@ def verdict_entry() -> dict:
                  "must be <= proven_bound[structure, output] (proven tier); baseline_err = "
                  "max(B, floor_err) with B = max(chunked, sqrt(chunked * scan)) (unknown), scan "
                  "(step_by_step) or chunked (chunked_64) of ref_err, floor_err = "
-                 "calibrated_floor * u * (||ref||_2 + gate_norm) + sqrt(size) * underflow_floor; "
-                 "see README.md"),
+                 "calibrated_floor * u * ||ref||_2 + sqrt(size) * underflow_floor; see README.md"),
     }
 
 
@@ -473,7 +469,7 @@ def generate(out, *, mpmath: bool = True, recompute_mpmath: bool = False,
 
 INPUT_ARRAYS = set(golden.INPUTS) | {"scale", "u"}
 VALUE_ARRAYS = set(OUTPUTS) | set(golden.SCALES)
-EXACT_FIGURES = {"ref_norm", "gate_norm", "floor_err", "underflow_floor", "proven_bound"}
+EXACT_FIGURES = {"ref_norm", "floor_err", "underflow_floor", "proven_bound"}
 RATIO_FIGURES = {"ref_err", "ref_budget_ulps", "baseline_err"}
 
 

@@ -85,19 +85,6 @@ class Truth:
             self.ms["scales_vjp" if with_grads else "scales"] = (time.perf_counter() - t0) * 1e3
         return self._scales[key]
 
-    def gate_scales(self, with_dh_T: bool, with_grads: bool) -> dict[str, np.ndarray]:
-        """``_budget.gate_scales`` of this problem (the calibrated floor's gate term), cached."""
-        key = ("gate", with_dh_T, with_grads)
-        if key not in self._scales:
-            from ._budget import gate_scales
-            t0 = time.perf_counter()
-            p = self.p._replace(dh_T=self.p.dh_T if with_dh_T else None,
-                                do=self.p.do if with_grads else None)
-            self._scales[key] = gate_scales(p, self.scale, self.impl)
-            name = "gate_scales_vjp" if with_grads else "gate_scales"
-            self.ms[name] = (time.perf_counter() - t0) * 1e3
-        return self._scales[key]
-
     def references(self, with_dh_T: bool, grads: bool, chunk_size: int | None,
                    arithmetic: dict) -> dict[str, dict[str, np.ndarray]]:
         """The same-precision reference kernels' outputs on this problem ({kernel: {output:
@@ -105,21 +92,27 @@ class Truth:
         like the oracle and cached."""
         from . import _baseline
 
-        chunk = chunk_size if chunk_size not in (None, 1) else _baseline.CHUNK
-        wanted = [k for k in _baseline.KERNELS if not (chunk_size == 1 and k == "chunked")
-                  and not (chunk_size not in (None, 1) and k == "scan")]
+        # {role: (kernel, chunk)}: the scan and the 64-step chunked kernel, plus the wide-chunk
+        # one for a kernel of unknown structure; the declared structure alone otherwise
+        if chunk_size == 1:
+            roles = {"scan": ("scan", None)}
+        elif chunk_size is not None:
+            roles = {"chunked": ("chunked", chunk_size)}
+        else:
+            roles = {"scan": ("scan", None), "chunked": ("chunked", _baseline.CHUNK),
+                     "chunked_wide": ("chunked", _baseline.CHUNK_WIDE)}
         out = {}
-        for kern in wanted:
-            key = (kern, with_dh_T, grads, chunk if kern == "chunked" else None,
+        for role, (kern, chunk) in roles.items():
+            key = (kern, chunk, with_dh_T, grads,
                    tuple(sorted(arithmetic.items(), key=lambda kv: kv[0])))
             if key not in self._refs:
                 t0 = time.perf_counter()
                 p = self.p._replace(dh_T=self.p.dh_T if with_dh_T else None)
-                self._refs[key] = _baseline.run(kern, p, self.scale, grads=grads, chunk=chunk,
-                                                **arithmetic)
+                self._refs[key] = _baseline.run(kern, p, self.scale, grads=grads,
+                                                chunk=chunk or _baseline.CHUNK, **arithmetic)
                 name = f"reference_{kern}" + ("_vjp" if grads else "")
                 self.ms[name] = self.ms.get(name, 0.0) + (time.perf_counter() - t0) * 1e3
-            out[kern] = self._refs[key]
+            out[role] = self._refs[key]
         return out
 
     def reference(self, name: str, with_dh_T: bool) -> np.ndarray:
@@ -146,7 +139,7 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
                            compute_dtype=compute_dtype, dims=truth.p.dims,
                            log_alpha=truth.p.log_alpha, reference_outputs=ref_out,
                            chunk_size=chunk_size, accumulate_dtype=accumulate_dtype,
-                           gate_scale=truth.gate_scales(final, grads)[name])
+                           returned_dtype=dtype)
 
 
 def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[str, str], *,

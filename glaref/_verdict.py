@@ -226,34 +226,38 @@ def reference_arithmetic(compute_dtype: str, accumulate_dtype: str | None,
 
 
 def baseline_error(errors: dict[str, float], chunk_size: int | None) -> float:
-    """The baseline of one output: from the normwise errors ``errors`` = {"scan": ..,
-    "chunked": ..} of the reference kernels (the chunked one run at ``chunk_size`` when that is
-    given and > 1). Step-by-step kernels (chunk_size 1) are held to the scan, chunked ones to the
-    chunked reference; a kernel of unknown structure to max(chunked, sqrt(chunked * scan)): the
-    chunked reference, widened towards the scan's larger error on long-memory inputs by their
-    geometric mean (docs/budgets.md, section 8)."""
+    """The baseline of one output, from the normwise errors of the reference kernels
+    (``_judge.Truth.references``): {"scan": .., "chunked": .., "chunked_wide": ..}.
+
+    A step-by-step kernel (chunk_size 1) is held to the scan; a chunked one (C) to the chunked
+    reference run at C. A kernel of unknown structure may lie anywhere between a step-by-step
+    scan and chunks of CHUNK_WIDE steps; it is held to the 64-step chunked reference (the form
+    production kernels use), widened towards either extreme by the geometric mean where that
+    extreme errs more: max(c, sqrt(c s), sqrt(c w)). On long-memory inputs the scan's sequential
+    accumulation errs several times more than chunks do; on slowly decaying states and under
+    the dlog_alpha identity, wide chunks do (docs/budgets.md, section 8)."""
     if chunk_size == 1:
         return errors["scan"]
     c = errors["chunked"]
     if chunk_size is not None:
         return c
-    s = errors["scan"]
-    if not (math.isfinite(c) and math.isfinite(s)):
+    others = [errors[k] for k in ("scan", "chunked_wide")]
+    if not all(math.isfinite(x) for x in [c] + others):
         return math.inf
-    return max(c, math.sqrt(c * s))
+    return max([c] + [math.sqrt(c * x) for x in others])
 
 
-def calibrated_floor(ref_norm: float, gate_norm: float, compute_dtype: str, output: str, dims: Dims,
-                     size: int) -> float:
-    """The least baseline (normwise, absolute): one rounding of every element of the result and
-    of every log-gate sum it depends on, u (||ref||_2 + ||gate_scale||_2) (``_budget.gate_scales``:
-    each term weighted by the gate mass of its span), plus the underflow allowance of every
-    element (``_budget.underflow_floor``). The reference kernels can be exact, or form their
-    exponents over shorter spans, where a correct kernel rounds once more."""
+def calibrated_floor(ref_norm: float, returned_dtype: str | None, compute_dtype: str, output: str,
+                     dims: Dims, size: int) -> float:
+    """The least baseline (normwise, absolute): one rounding of every element of the result in
+    the dtype it was returned in, u_ret ||ref||_2 (u of the compute dtype when the returned
+    dtype is unknown), plus the underflow allowance of every element
+    (``_budget.underflow_floor``). The reference kernels can be exact where a correct kernel
+    rounds once (T = 1, dk = dv = 1, exactly representable results)."""
     from ._budget import underflow_floor
 
-    u = lookup(UNIT_ROUNDOFF, compute_dtype, "compute_dtype")
-    return (tol("calibrated_floor") * u * (ref_norm + gate_norm)
+    u = lookup(UNIT_ROUNDOFF, returned_dtype or compute_dtype, "returned dtype")
+    return (tol("calibrated_floor") * u * ref_norm
             + math.sqrt(size) * underflow_floor(output, compute_dtype, dims))
 
 
@@ -286,7 +290,7 @@ def _norm(x: np.ndarray) -> float:
 def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_alpha,
            reference_outputs: dict[str, np.ndarray] | None, chunk_size: int | None = None,
            accumulate_dtype: str | None = None, dtype_label: str | None = None,
-           gate_scale=None) -> Assessment:
+           returned_dtype: str | None = None) -> Assessment:
     """Figures and the two-tier verdict of one output (module docstring).
 
     x: the kernel's value (any real float dtype, canonical layout); ref: the oracle's float64
@@ -295,7 +299,8 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
     reference kernels for this output, already rounded to the dtype the kernel returned it in
     (None: the calibrated tier is not run and the verdict cannot pass). chunk_size and
     accumulate_dtype: what is known of the kernel (``budget_bound``, ``baseline_error``).
-    gate_scale: the output's ``_budget.gate_scales`` entry (None: no gate term in the floor).
+    returned_dtype: the dtype the kernel returned this output in (the floor's rounding; None:
+    the compute dtype).
     dtype_label names the references' precision in messages (default: the compute dtype).
     """
     from . import _metrics
@@ -320,9 +325,8 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
     err = _norm(x64 - ref)
     if reference_outputs is not None:
         errs = {k: _norm(np.asarray(v, dtype=np.float64) - ref) for k, v in reference_outputs.items()}
-        gate_norm = 0.0 if gate_scale is None else _norm(np.asarray(gate_scale, dtype=np.float64))
         base = max(baseline_error(errs, chunk_size),
-                   calibrated_floor(ref_norm, gate_norm, compute_dtype, output, dims, ref.size))
+                   calibrated_floor(ref_norm, returned_dtype, compute_dtype, output, dims, ref.size))
         a.baseline_rel_err = base / ref_norm if ref_norm else base
         a.ratio = 0.0 if err == 0 else (err / base if base > 0 else math.inf)
     if a.budget_ulps is not None and a.budget_ulps > bound:

@@ -45,10 +45,10 @@ GLAREF_NAMES = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
 # Per-element error scales: scale_<output>; for dlog_alpha the verdict uses the reverse-cumsum
 # identity's scale (scale_dlog_alpha) and the direct form's is stored beside it.
 SCALES = tuple(f"scale_{n}" for n in OUTPUTS) + ("scale_dlog_alpha_direct",)
-REFERENCE_KERNELS = ("scan", "chunked")
+REFERENCE_KERNELS = ("scan", "chunked", "chunked_wide")
 # Rows of baseline_err and proven_bound: what is known of the judged kernel's structure.
 STRUCTURES = ("unknown", "step_by_step", "chunked_64")
-FIGURES = ("scale", "u", "ref_norm", "gate_norm", "ref_err", "ref_budget_ulps", "floor_err", "baseline_err",
+FIGURES = ("scale", "u", "ref_norm", "ref_err", "ref_budget_ulps", "floor_err", "baseline_err",
            "underflow_floor", "proven_bound")
 ARRAYS = INPUTS + OUTPUTS + SCALES + FIGURES
 

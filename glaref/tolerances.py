@@ -214,13 +214,10 @@ TOLERANCES.update({
     ),
     "calibrated_floor": Tolerance(
         1.0,
-        "Least baseline of the calibrated tier, in units of u (||ref||_2 + ||gate_scale||_2) (u "
-        "of the compute dtype; gate_scale from _budget.gate_scales): one rounding of every "
-        "element of the result and of every log-gate sum its terms are exponentiated from, the "
-        "error any correct kernel may make even where the reference kernels happen to be exact "
-        "(T = 1, dk = dv = 1, exact zeros) or sum their exponents over shorter spans (a chunked "
-        "kernel with chunks of 256 on slowly decaying states: measured up to 5.2x the "
-        "references' error on dh0 before this term). Plus the underflow allowance of every "
+        "Least baseline of the calibrated tier, in units of u ||ref||_2 (u of the dtype the "
+        "kernel returned the output in): one rounding of every element of the result, the error "
+        "any correct kernel may make even where the reference kernels happen to be exact (T = 1, "
+        "dk = dv = 1, exactly representable results). Plus the underflow allowance of every "
         "element (_budget.underflow_floor).",
     ),
 })

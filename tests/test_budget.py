@@ -177,7 +177,8 @@ def _assess_case(err_factor: float, ref_factor: float = 1.0, chunk_size=16, **kw
     ref = rng.standard_normal((1, 2, 40, 4))
     e = 1e-7 * rng.standard_normal(ref.shape)
     scale = 2 * np.abs(ref) + 1.0
-    refs = {"scan": ref + ref_factor * e, "chunked": ref - ref_factor * e}
+    refs = {"scan": ref + ref_factor * e, "chunked": ref - ref_factor * e,
+            "chunked_wide": ref + ref_factor * e}
     return _verdict.assess("v", ref + err_factor * e, ref, scale=scale, compute_dtype="float32",
                            dims=d, log_alpha=la, reference_outputs=refs, chunk_size=chunk_size, **kw)
 
@@ -220,7 +221,7 @@ def test_nonfinite_and_undecided():
     x = ref.copy()
     x[0, 1, 2, 3] = np.nan
     a = _verdict.assess("v", x, ref, scale=ref, compute_dtype="float32", dims=d, log_alpha=la,
-                        reference_outputs={"scan": ref, "chunked": ref})
+                        reference_outputs={"scan": ref, "chunked": ref, "chunked_wide": ref})
     assert a.failed_tier == "nonfinite" and a.reason == "v: 1 non-finite value(s), first at (0, 1, 2, 3)"
     b = _verdict.assess("v", ref, ref, scale=ref, compute_dtype="float32", dims=d, log_alpha=la,
                         reference_outputs=None)
@@ -231,12 +232,13 @@ def test_nonfinite_and_undecided():
 
 
 def test_baseline_follows_what_is_known_of_the_structure():
-    e = {"scan": 9.0, "chunked": 1.0}
+    e = {"scan": 9.0, "chunked": 1.0, "chunked_wide": 4.0}
     assert _verdict.baseline_error(e, 1) == 9.0           # a step-by-step kernel: the scan
     assert _verdict.baseline_error(e, 64) == 1.0          # a chunked one: the chunked reference
     assert _verdict.baseline_error(e, None) == 3.0        # unknown: widened to the geometric mean
-    assert _verdict.baseline_error({"scan": 0.5, "chunked": 1.0}, None) == 1.0   # never below chunked
-    assert _verdict.baseline_error({"scan": math.inf, "chunked": 1.0}, None) == math.inf
+    assert _verdict.baseline_error({**e, "scan": 1.0}, None) == 2.0      # ... towards either extreme
+    assert _verdict.baseline_error({**e, "scan": 0.5, "chunked_wide": 0.5}, None) == 1.0
+    assert _verdict.baseline_error({**e, "scan": math.inf}, None) == math.inf
 
 
 def _narrow(p: Problem, dtype) -> Problem:
