@@ -104,3 +104,27 @@ def test_injection_and_threshold_are_what_they_say():
     assert np.array_equal(_sensitivity.inject(x, 0.5, "systematic"), x * 1.5)
     noise = np.random.default_rng(3).standard_normal(x.shape)
     assert np.array_equal(_sensitivity.inject(x, 1e-3, "random", seed=3), x + 1e-3 * np.abs(x) * noise)
+
+
+# ------------------------------------------------------------------------------- slow sweeps
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("config", ["g2h8_d128", "g1h24_dk128_dv64", "g1h1_d128", "g2h4_dk48_dv40"])
+def test_zoo_passes_at_the_seed_configs(config, dtype):
+    """The zoo on the seed's four configs (batch cut to 1, T = 512, one seed), every default
+    regime whose sizes follow the config (ragged and tiny_dims derive their own)."""
+    from glaref.audit._presets import SEED_CONFIGS
+
+    B, G, H, dk, dv = SEED_CONFIGS[config]
+    dims = Dims(1, G, H, 512, dk, dv)
+    bad = []
+    for regime in regimes.DEFAULT_REGIMES:
+        for d in regimes.REGIMES[regime].cases(dims):
+            t = truth(regime, d, 0, dtype)
+            for name, fn in _zoo().items():
+                outs, dts = _sensitivity.jax_outputs(fn, t, dtype)
+                bad += [f"{regime} {name} T={d.T}: {a.reason}"
+                        for a in _judge.assess_outputs(t, outs, dts, **_judge_kw(dtype)).values()
+                        if not a.ok]
+    assert not bad, bad
