@@ -873,6 +873,11 @@ def vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False, cu_seq
     dla4 = np.zeros(la4.shape)
     dla = dla4 if vector else dla4[..., 0]
     dh0 = np.empty((NS, H, dk, dv))
+    if H == 0:
+        # no head uses q or k: their gradients are sums of nothing, zeros (the group sum below
+        # would read past the per-head buffers)
+        qk_shape = (B, 0, T, dk) if per_head else (B, G, T, dk)
+        return np.zeros(qk_shape), np.zeros(qk_shape), dvv, dla, dh0
     n_threads = get_num_threads()
     grouped = not (per_head or G == H or NS * G < n_threads)
     n_workers = max(1, min(n_threads, NS * G if grouped else NS * H))

@@ -160,6 +160,25 @@ def test_empty(B, T):
     np.testing.assert_array_equal(dh0, dh_T)  # T = 0: dh0 is dh_T itself
 
 
+@pytest.mark.parametrize("B,G", [(1, 1), (4, 2)])      # per-head buffers + group sum; grouped
+@pytest.mark.parametrize("per_head", [False, True])
+def test_no_heads_gives_zero_gradients_for_q_and_k(B, G, per_head):
+    # H = 0: no head reads q or k, so dq = dk = 0 exactly (sums of nothing), as the reference says;
+    # the kernels write nothing into them, so they must not come back as uninitialised memory
+    q, k, v, la, h0, do, dh_T = make_case(B, G, G, 40, 3, 2)
+    v, la, h0, do, dh_T = v[:, :0], la[:, :0], h0[:, :0], do[:, :0], dh_T[:, :0]
+    for _ in range(3):
+        # fill the allocator's free memory with garbage first
+        junk = np.full((B, G, 40, 3), np.nan)
+        del junk
+        got = _numba.vjp(q, k, v, la, h0, do, dh_T, 1.0, per_head=per_head)
+        ref = _reference.vjp(q, k, v, la, h0, do, dh_T, 1.0, per_head=per_head)
+        for x, r in zip(got, ref):
+            assert x.shape == r.shape
+            np.testing.assert_array_equal(x, r)
+        assert np.array_equal(got[0], np.zeros_like(got[0])) and np.array_equal(got[1], np.zeros_like(got[1]))
+
+
 _THREAD_SCRIPT = textwrap.dedent("""
     import sys, numpy as np
     sys.path.insert(0, {root!r})
