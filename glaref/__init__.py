@@ -8,13 +8,14 @@ Importing glaref is cheap: numba, jax and the audit engine load only when first 
 
 from __future__ import annotations
 
-from ._errors import (DTypeError, GlarefError, LayoutError, NonFiniteError, SeqlensError,
-                      ShapeError)
+from ._errors import (ArgumentError, DTypeError, GlarefError, LayoutError, NonFiniteError,
+                      NonFiniteWarning, SeqlensError, ShapeError)
 from ._oracle import Grads, dlog_alpha_identity, forward, vjp
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArgumentError",
     "DTypeError",
     "audit",
     "kernels",
@@ -25,6 +26,7 @@ __all__ = [
     "Scales",
     "LayoutError",
     "NonFiniteError",
+    "NonFiniteWarning",
     "SeqlensError",
     "ShapeError",
     "__version__",

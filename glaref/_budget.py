@@ -103,16 +103,21 @@ def scales(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, scale=1.0, layout
     (B, H, T, dk)) and packed sequences (``cu_seqlens``) as in ``glaref.vjp``; the scales of
     dlog_alpha then have log_alpha's shape.
     """
-    from ._oracle import _check_scale
+    from ._oracle import _quiet, _warn_nonfinite
 
     p = _inputs.canonicalize(q, k, v, log_alpha, h0, do, dh_T, layout=layout,
                              allow_nonfinite=allow_nonfinite, cu_seqlens=cu_seqlens)
-    d = problem_scales(p, _check_scale(scale), impl)
+    scale = _inputs.check_scale(scale)
+    with _quiet():
+        d = problem_scales(p, scale, impl)
     f = _inputs.from_canonical
     kinds = {"o": "v", "h_T": "state", "q": "qk", "k": "qk", "v": "v", "log_alpha": "gate",
              "h0": "state", "log_alpha_identity": "gate"}
-    return Scales(**{name: (f(d[name], kind, layout) if name in d else None)
-                     for name, kind in kinds.items()})
+    out = Scales(**{name: (f(d[name], kind, layout) if name in d else None)
+                    for name, kind in kinds.items()})
+    _warn_nonfinite(f"glaref.scales (impl={impl!r})", p, scale,
+                    {n: x for n, x in out._asdict().items() if x is not None})
+    return out
 
 
 def budget_view(p: Problem) -> tuple[Dims, np.ndarray]:

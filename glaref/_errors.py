@@ -1,4 +1,4 @@
-"""The package's error types.
+"""The package's error and warning types.
 
 Every message names the argument, what it got and what was expected.
 """
@@ -15,11 +15,12 @@ class ShapeError(GlarefError, ValueError):
 
 
 class DTypeError(GlarefError, TypeError):
-    """An argument is not a real floating-point array."""
+    """An argument is not real floating point: an array of another dtype or container (masked,
+    object, complex, integer, bool), or a ``scale`` that is not a real number."""
 
 
 class NonFiniteError(GlarefError, ValueError):
-    """An argument holds NaN or infinity (pass ``allow_nonfinite=True`` to accept it)."""
+    """An argument holds NaN or infinity (for arrays, ``allow_nonfinite=True`` accepts it)."""
 
 
 class SeqlensError(GlarefError, ValueError):
@@ -28,4 +29,15 @@ class SeqlensError(GlarefError, ValueError):
 
 
 class LayoutError(GlarefError, ValueError):
-    """An unknown layout name."""
+    """An unknown layout name, or arrays that fit the other layout."""
+
+
+class ArgumentError(GlarefError, ValueError):
+    """A non-array argument (``impl``, ``allow_nonfinite``, ...) has a value glaref cannot use."""
+
+
+class NonFiniteWarning(RuntimeWarning):
+    """A result of the oracle holds NaN or infinity. The message names the outputs, where the
+    first non-finite value is, and why: finite inputs whose true values (or the products on the
+    way to them) overflow float64, naming the argument(s) responsible, or non-finite inputs
+    accepted with ``allow_nonfinite=True``."""

@@ -20,12 +20,13 @@ own h0[n] and ends in its own h_T[n]. Empty sequences are allowed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._errors import DTypeError, LayoutError, NonFiniteError, SeqlensError, ShapeError
+from ._errors import ArgumentError, DTypeError, LayoutError, NonFiniteError, SeqlensError, ShapeError
 
 LAYOUTS = ("bhtd", "bthd")
 
@@ -140,9 +141,40 @@ def check_cu_seqlens(cu_seqlens: Any, B: int, T: int) -> np.ndarray | None:
 
 
 def check_layout(layout: str) -> str:
-    if layout not in LAYOUTS:
+    if not isinstance(layout, str) or layout not in LAYOUTS:
         raise LayoutError(f"layout: got {layout!r}, expected one of {LAYOUTS}")
     return layout
+
+
+def check_flag(x: Any, name: str) -> bool:
+    """A yes/no argument: True or False (numpy's bools too), never a merely truthy value."""
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    raise ArgumentError(f"{name}: got {x!r} ({type(x).__name__}), expected True or False")
+
+
+def check_scale(scale: Any) -> float:
+    """``scale`` as a finite float: a real number (Python or numpy int or float, or a 0-d real
+    array), not a string, a bool or a complex number, and finite in float64."""
+    if isinstance(scale, int) and not isinstance(scale, bool):
+        try:
+            s = float(scale)                    # a Python int of any size
+        except OverflowError:
+            raise NonFiniteError(f"scale: got an integer of {scale.bit_length()} bits, expected "
+                                 "a finite float64 number (|scale| < 1.8e308)") from None
+    else:
+        a = None
+        if not isinstance(scale, (str, bytes, bool, np.bool_)):
+            try:
+                a = np.asarray(scale)
+            except Exception:  # noqa: BLE001 - anything numpy cannot read is not a number
+                a = None
+        if a is None or a.ndim != 0 or not (a.dtype.kind in "iu" or is_real_float(a.dtype)):
+            raise DTypeError(f"scale: got {scale!r} ({_describe(scale)}), expected a real number")
+        s = float(a)
+    if not math.isfinite(s):
+        raise NonFiniteError(f"scale: got {s}, expected a finite number")
+    return s
 
 
 def _describe(x: Any) -> str:
@@ -156,7 +188,13 @@ def to_float64(x: Any, name: str) -> np.ndarray:
     conversion is exact. Integers, booleans and complex numbers are refused: a kernel's inputs
     are floating point, and silently accepting ints hides a caller's bug.
     """
-    if isinstance(x, np.ndarray):
+    if isinstance(x, np.ma.MaskedArray):
+        if np.ma.is_masked(x):
+            raise DTypeError(f"{name}: got a masked array with {int(np.ma.count_masked(x))} masked "
+                             "element(s), expected plain values (glaref does not read masks: "
+                             f"fill them first, e.g. {name}.filled(0.0))")
+        a = np.asarray(x.data)
+    elif isinstance(x, np.ndarray):
         a = x
     else:
         # torch tensors: bfloat16 has no numpy equivalent, so widen on the torch side
@@ -189,10 +227,22 @@ def to_float64(x: Any, name: str) -> np.ndarray:
     if dt == object:
         raise DTypeError(f"{name}: got {_describe(x)} (dtype object), expected a real floating "
                          "array (float16, bfloat16, float32 or float64)")
-    if dt.kind == "f" or dt.name in _EXTRA_FLOAT_NAMES:
-        return np.ascontiguousarray(a, dtype=np.float64)
+    if is_real_float(dt):
+        # np.asarray, not np.ascontiguousarray: the latter turns a 0-d array into shape (1,)
+        return np.asarray(a, dtype=np.float64, order="C")
     raise DTypeError(f"{name}: got dtype {dt}, expected a real floating dtype "
                      "(float16, bfloat16, float32 or float64)")
+
+
+def is_real_float(dtype: Any) -> bool:
+    """Is ``dtype`` a real floating format (numpy's float16/32/64 or an ml_dtypes one)?"""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        # a dtype numpy cannot name (a torch or jax dtype object): go by its name
+        name = str(dtype).rsplit(".", 1)[-1]
+        return name in _EXTRA_FLOAT_NAMES or name in ("float16", "float32", "float64")
+    return dt.kind == "f" or dt.name in _EXTRA_FLOAT_NAMES
 
 
 def _check_ndim(a: np.ndarray, name: str, ndim: int, expected: str) -> None:
@@ -210,6 +260,26 @@ def _check_finite(a: np.ndarray, name: str) -> None:
         bad = np.argwhere(~np.isfinite(a))[0]
         raise NonFiniteError(f"{name}: got a non-finite value {float(a[tuple(bad)])!r} at index {tuple(int(i) for i in bad)}, "
                              "expected finite values (pass allow_nonfinite=True to accept)")
+
+
+def _fits(q_shape, k_shape, v_shape, layout: str) -> bool:
+    """Do q, k and v (4-d shapes as given) agree on B, T and the head grouping in ``layout``?"""
+    if tuple(k_shape) != tuple(q_shape):
+        return False
+    if layout == "bthd":
+        q_shape, v_shape = ((s[0], s[2], s[1], s[3]) for s in (q_shape, v_shape))
+    B, G, T, _ = q_shape
+    return v_shape[0] == B and v_shape[2] == T and G > 0 and v_shape[1] % G == 0
+
+
+def _check_not_transposed(q_shape, k_shape, v_shape, layout: str) -> None:
+    """Arrays that disagree in ``layout`` but agree in the other one were given in the other
+    layout: say so, rather than blame whichever argument is checked first."""
+    other = "bthd" if layout == "bhtd" else "bhtd"
+    if not _fits(q_shape, k_shape, v_shape, layout) and _fits(q_shape, k_shape, v_shape, other):
+        raise LayoutError(f"layout: got {layout!r}, but q {tuple(q_shape)}, k {tuple(k_shape)} and "
+                          f"v {tuple(v_shape)} fit {other!r} and not {layout!r}: the arrays look "
+                          f"transposed (pass layout={other!r}, or swap their axes 1 and 2)")
 
 
 def to_canonical(a: np.ndarray, kind: str, layout: str) -> np.ndarray:
@@ -235,6 +305,7 @@ def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str
     With ``cu_seqlens`` (packed sequences, B = 1) h0 and dh_T are (N, H, dk, dv).
     """
     check_layout(layout)
+    allow_nonfinite = check_flag(allow_nonfinite, "allow_nonfinite")
     bhtd = layout == "bhtd"
     qk_spell = "(B, G, T, dk)" if bhtd else "(B, T, G, dk)"
     v_spell = "(B, H, T, dv)" if bhtd else "(B, T, H, dv)"
@@ -252,6 +323,7 @@ def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str
         raise ShapeError(f"log_alpha: got shape {log_alpha.shape} ({log_alpha.ndim} dims), expected "
                          f"3 dims {g_spell} (scalar gate) or 4 dims {gv_spell} (vector gate)")
     vector = log_alpha.ndim == 4
+    _check_not_transposed(q.shape, k.shape, v.shape, layout)
     q = to_canonical(q, "qk", layout)
     k = to_canonical(k, "qk", layout)
     v = to_canonical(v, "v", layout)

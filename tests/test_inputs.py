@@ -6,12 +6,14 @@ Messages must name the argument and show what it got (shape or dtype) and what w
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 import pytest
 
 import glaref
-from glaref import DTypeError, GlarefError, LayoutError, NonFiniteError, ShapeError
+from glaref import (ArgumentError, DTypeError, GlarefError, LayoutError, NonFiniteError,
+                    NonFiniteWarning, ShapeError)
 
 from conftest import IMPLS, rand_problem
 
@@ -185,7 +187,6 @@ def test_torch_cpu_tensors_are_accepted(p):
 # ---------------------------------------------------------------------------------------------
 # non-finite values
 
-@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("name,index", [("q", (1, 0, 3, 2)), ("v", (0, 3, 1, 1)), ("log_alpha", (1, 2, 4)),
                                         ("h0", (0, 1, 2, 0)), ("do", (1, 1, 0, 1)), ("dh_T", (1, 3, 0, 1))])
@@ -200,11 +201,20 @@ def test_nonfinite_is_located(p, name, index, bad):
     assert msg.startswith(f"{name}: got a non-finite value"), msg
     assert f"at index {index}" in msg and "allow_nonfinite=True" in msg, msg
     assert repr(float(bad)) in msg, msg
-    # accepted on request: computed instead of refused (log_alpha = -inf is a decay of exactly 0)
-    g = _call_vjp(a, allow_nonfinite=True)
+    # accepted on request: computed instead of refused (log_alpha = -inf is a decay of exactly 0);
+    # a non-finite result comes with a warning naming the non-finite input as the reason
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        g = _call_vjp(a, allow_nonfinite=True)
     assert [x.shape for x in g] == [x.shape for x in _call_vjp(_args(p))]
     if np.isnan(bad):
         assert any(np.isnan(x).any() for x in g)
+    said = [str(w.message) for w in caught if issubclass(w.category, NonFiniteWarning)]
+    if any(not np.isfinite(x).all() for x in g):
+        assert len(said) == 1 and f"allow_nonfinite=True ({name} has 2)" in said[0], said
+    else:
+        assert said == [] and (name, bad) == ("log_alpha", -np.inf)
+    assert not [w for w in caught if not issubclass(w.category, NonFiniteWarning)]
 
 
 def test_nonfinite_index_is_in_the_callers_layout(p):
@@ -213,7 +223,9 @@ def test_nonfinite_index_is_in_the_callers_layout(p):
     v[1, 4, 2, 0] = np.nan
     with pytest.raises(NonFiniteError, match=re.escape("v: got a non-finite value nan at index (1, 4, 2, 0)")):
         glaref.forward(sw(p.q), sw(p.k), v, sw(p.log_alpha), layout="bthd", impl="numpy")
-    o, _ = glaref.forward(sw(p.q), sw(p.k), v, sw(p.log_alpha), layout="bthd", impl="numpy", allow_nonfinite=True)
+    with pytest.warns(NonFiniteWarning, match=re.escape("o has 1 (first at index (1, 4, 2, 0))")):
+        o, _ = glaref.forward(sw(p.q), sw(p.k), v, sw(p.log_alpha), layout="bthd", impl="numpy",
+                              allow_nonfinite=True)
     # the NaN reaches only column 0 of the state of (b=1, h=2), from step 4 on
     assert np.isnan(o[1, 4, 2, 0]) and np.isfinite(o[:, :4]).all() and np.isfinite(o[..., 1]).all()
 
@@ -274,3 +286,132 @@ def test_dlpack_only_arrays_are_accepted(p):
 def test_non_array_input_is_refused_with_its_type(p):
     with pytest.raises(DTypeError, match=r"^q: got builtins.object \(dtype object\), expected a real floating array"):
         glaref.forward(object(), p.k, p.v, p.log_alpha, impl="numpy")
+
+
+# ---------------------------------------------------------------------------------------------
+# arguments that are not arrays: no lenient conversions
+
+@pytest.mark.parametrize("scale,error,text", [
+    ("0.5", DTypeError, "scale: got '0.5' (builtins.str), expected a real number"),
+    (True, DTypeError, "scale: got True (builtins.bool), expected a real number"),
+    (np.bool_(False), DTypeError, "scale: got np.False_ (numpy.bool"),
+    (1 + 2j, DTypeError, "scale: got (1+2j) (builtins.complex), expected a real number"),
+    (np.ones(2), DTypeError, "scale: got array([1., 1.])"),
+    (10**400, NonFiniteError, "scale: got an integer of 1329 bits, expected a finite float64"),
+    (np.nan, NonFiniteError, "scale: got nan, expected a finite number"),
+])
+@pytest.mark.parametrize("impl", IMPLS)
+def test_scale_must_be_a_finite_real_number(p, impl, scale, error, text):
+    for call in (lambda: _call_fwd(_args(p), scale=scale), lambda: _call_vjp(_args(p), scale=scale),
+                 lambda: glaref.scales(p.q, p.k, p.v, p.log_alpha, scale=scale, impl=impl)):
+        with pytest.raises(error) as e:
+            call()
+        assert str(e.value).startswith(text), str(e.value)
+
+
+def test_real_scales_of_every_kind_are_accepted_exactly(p):
+    o = _call_fwd(_args(p), scale=0.5)[0]
+    for s in (np.float32(0.5), np.float64(0.5), np.array(0.5), 1 / np.int64(2)):
+        assert np.array_equal(_call_fwd(_args(p), scale=s)[0], o)
+    assert np.array_equal(_call_fwd(_args(p), scale=2)[0], _call_fwd(_args(p), scale=2.0)[0])
+
+
+@pytest.mark.parametrize("flag", ["no", "", 0, 1, None, np.float64(1.0)])
+def test_allow_nonfinite_must_be_true_or_false(p, flag):
+    x = p.q.copy()
+    x[0, 0, 0, 0] = np.nan
+    with pytest.raises(ArgumentError, match=rf"^allow_nonfinite: got {re.escape(repr(flag))} .*expected True or False"):
+        _call_fwd(_args(p, q=x), allow_nonfinite=flag)
+    # numpy's bools are bools
+    with pytest.raises(NonFiniteError):
+        _call_fwd(_args(p, q=x), allow_nonfinite=np.False_)
+
+
+def test_impl_error_is_a_glaref_error(p):
+    with pytest.raises(ArgumentError, match=r"^impl: got 'cuda', expected one of \('numba', 'numpy'\)"):
+        glaref.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, impl="cuda")
+
+
+def test_a_masked_array_with_masked_elements_is_refused(p):
+    m = np.ma.masked_array(p.v, mask=np.zeros(p.v.shape, bool))
+    m[1, 2, 3, 0] = np.ma.masked
+    with pytest.raises(DTypeError, match=r"^v: got a masked array with 1 masked element\(s\), "
+                                         r"expected plain values .*v.filled\(0.0\)"):
+        _call_fwd(_args(p, v=m))
+    # without a masked element it is its data
+    clear = np.ma.masked_array(p.v, mask=np.zeros(p.v.shape, bool))
+    assert np.array_equal(_call_fwd(_args(p, v=clear))[0], _call_fwd(_args(p))[0])
+
+
+@pytest.mark.parametrize("x", [1.0, np.float64(1.0), np.array(1.0), np.float32(2.0)])
+def test_zero_dim_inputs_are_reported_with_their_own_shape(p, x):
+    with pytest.raises(ShapeError, match=re.escape("q: got shape () (0 dims), expected 4 dims")):
+        _call_fwd(_args(p, q=x))
+    with pytest.raises(ShapeError, match=re.escape("h0: got shape (), expected (2, 4, 3, 2)")):
+        _call_fwd(_args(p, h0=x))
+
+
+@pytest.mark.parametrize("given,passed", [("bhtd", "bthd"), ("bthd", "bhtd")])
+def test_arrays_in_the_other_layout_are_called_transposed(given, passed):
+    # G=2, H=4, T=7: in the wrong layout v's "T" would be 4 against q's 2 or 7
+    p = rand_problem(2, 2, 4, 7, 3, 5, seed=13)
+    sw = (lambda x: np.swapaxes(x, 1, 2)) if given == "bthd" else (lambda x: x)  # noqa: E731
+    with pytest.raises(LayoutError) as e:
+        glaref.forward(sw(p.q), sw(p.k), sw(p.v), sw(p.log_alpha), layout=passed, impl="numpy")
+    msg = str(e.value)
+    assert msg.startswith(f"layout: got {passed!r}, but q {sw(p.q).shape}"), msg
+    assert f"fit {given!r} and not {passed!r}: the arrays look transposed" in msg, msg
+    # a plain mismatch is still blamed on its argument
+    with pytest.raises(ShapeError, match=r"^v: got shape"):
+        glaref.forward(sw(p.q), sw(p.k), sw(p.v)[:1], sw(p.log_alpha), layout=given, impl="numpy")
+
+
+# ---------------------------------------------------------------------------------------------
+# finite inputs whose results overflow float64: one warning naming the cause, on both impls
+
+def _overflow_cases():
+    p = rand_problem(1, 1, 2, 20, 3, 2, seed=14)
+    spike = p.log_alpha.copy()
+    spike[:, :, 3] = 710.0                                   # exp(710) > 1.8e308 at one step
+    big = np.full_like(p.do, 1e308)
+    return p, {
+        "log_alpha=+60 over 20 steps": (dict(log_alpha=np.full_like(p.log_alpha, 60.0)), {}, ["log_alpha"]),
+        "log_alpha=710 at one step": (dict(log_alpha=spike), {}, ["log_alpha"]),
+        "k=v=1e200": (dict(k=np.full_like(p.k, 1e200), v=np.full_like(p.v, 1e200)), {}, ["k", "v"]),
+        "scale=1e308": ({}, dict(scale=1e308), ["scale"]),
+        "cotangents 1e308": (dict(do=big, dh_T=np.full_like(p.dh_T, 1e308)), {}, ["do", "dh_T"]),
+    }
+
+
+_P_OVER, _OVERFLOW = _overflow_cases()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("case", list(_OVERFLOW))
+def test_overflow_warns_naming_the_cause_on_both_impls(impl, case):
+    arrays, kw, causes = _OVERFLOW[case]
+    a = _args(_P_OVER, **arrays)
+    calls = {"vjp": lambda: glaref.vjp(*(a[n] for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")),
+                                       impl=impl, **kw)}
+    if not case.startswith("cotangents"):
+        calls["forward"] = lambda: glaref.forward(a["q"], a["k"], a["v"], a["log_alpha"], a["h0"],
+                                                  impl=impl, **kw)
+    for fname, call in calls.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = call()
+        assert any(not np.isfinite(x).all() for x in out), (fname, "expected an overflow")
+        assert [w.category for w in caught] == [NonFiniteWarning], [str(w.message) for w in caught]
+        msg = str(caught[0].message)
+        assert msg.startswith(f"glaref.{fname} (impl={impl!r}): non-finite results: "), msg
+        assert "Every input is finite" in msg and "exceed float64's range" in msg, msg
+        likely = msg.split("Likely cause: ", 1)[1].split(". All factors", 1)[0]
+        named = sorted(part.split(" (", 1)[0] for part in likely.split(") and "))
+        assert named == sorted(causes), (fname, likely)
+
+
+def test_finite_results_raise_no_warning(p):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _call_vjp(_args(p))
+        _call_fwd(_args(p))
