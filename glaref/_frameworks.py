@@ -255,7 +255,7 @@ def _run_torch(kernel, p, dtype, layout, scale_kw, want_grads, device, run: Kern
             t.requires_grad_(True)
     try:
         out = kernel(*inputs, **scale_kw)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:     # a kernel calling sys.exit fails, glaref goes on
         run.error = _error("forward", exc)
         return
     arrays_out, final, problem = _structure(out, p, layout)
@@ -286,7 +286,7 @@ def _run_torch(kernel, p, dtype, layout, scale_kw, want_grads, device, run: Kern
     try:
         grads = torch.autograd.grad([x for x, _ in pairs], inputs, [c for _, c in pairs],
                                     allow_unused=True)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:     # a kernel calling sys.exit fails, glaref goes on
         run.error = _error("backward", exc)
         return
     run.grads = {}
@@ -318,7 +318,7 @@ def _run_numpy(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
     run.no_grads = "NumPy has no automatic differentiation: forward only"
     try:
         out = kernel(*inputs, **scale_kw)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:     # a kernel calling sys.exit fails, glaref goes on
         run.error = _error("forward", exc)
         return
     arrays_out, final, problem = _structure(out, p, layout)
@@ -351,7 +351,7 @@ def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
             out, pullback = jax.vjp(fn, *inputs)
         else:
             out, pullback = fn(*inputs), None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:     # a kernel calling sys.exit fails, glaref goes on
         run.error = _error("forward", exc)
         return
     arrays_out, final, problem = _structure(out, p, layout)
@@ -372,7 +372,7 @@ def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
         cts.append(jnp.asarray(dh_T).astype(arrays_out[1].dtype))
     try:
         grads = pullback(tuple(cts) if final else cts[0])
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:     # a kernel calling sys.exit fails, glaref goes on
         run.error = _error("backward", exc)
         return
     run.grads = {}

@@ -5,7 +5,8 @@ here: :class:`Truth` holds, for one problem (canonical, already rounded to the d
 received), the oracle's outputs and gradients, the error scales and the same-precision reference
 kernels' outputs, each computed once on first use and timed apart (never counted as the
 kernel's); :func:`assess_outputs` turns a kernel's outputs into one ``_verdict.Assessment`` per
-output.
+output. Nothing is judged against an oracle result that is not finite: ``Truth`` raises
+``NonFiniteError`` naming ``scale`` and the cause (``_oracle.nonfinite_report``) instead.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 import numpy as np
 
 from . import _baseline, _verdict
+from ._errors import NonFiniteError
 from ._inputs import _KIND, Problem, from_canonical
 
 FORWARD = ("o", "h_T")
@@ -55,34 +57,51 @@ class Truth:
         self._refs: dict[tuple, dict] = {}
         self.ms: dict[str, float] = {}
 
+    def _finite(self, what: str, results: dict[str, np.ndarray]) -> None:
+        """The oracle's results must be finite to judge anything against them; with moderate
+        inputs only an extreme ``scale`` makes them overflow."""
+        from ._oracle import nonfinite_report
+        msg = nonfinite_report(f"the oracle's {what}", self.p, self.scale, results)
+        if msg is not None:
+            raise NonFiniteError(f"scale: got {self.scale:g}; {msg}")
+
     def forward(self):
         if self._fwd is None:
+            from ._oracle import _quiet
             t0 = time.perf_counter()
             p = self.p
-            self._fwd = self.be.forward(p.q, p.k, p.v, p.log_alpha, p.h0, self.scale,
-                                        cu_seqlens=p.cu_seqlens)
+            with _quiet():
+                self._fwd = self.be.forward(p.q, p.k, p.v, p.log_alpha, p.h0, self.scale,
+                                            cu_seqlens=p.cu_seqlens)
             self.ms["forward"] = (time.perf_counter() - t0) * 1e3
+            self._finite("forward", dict(zip(FORWARD, self._fwd)))
         return self._fwd
 
     def grads(self, with_dh_T: bool):
         if with_dh_T not in self._grads:
+            from ._oracle import _quiet
             t0 = time.perf_counter()
             p = self.p
-            self._grads[with_dh_T] = self.be.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do,
-                                                 p.dh_T if with_dh_T else None, self.scale,
-                                                 cu_seqlens=p.cu_seqlens)
+            with _quiet():
+                self._grads[with_dh_T] = self.be.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do,
+                                                     p.dh_T if with_dh_T else None, self.scale,
+                                                     cu_seqlens=p.cu_seqlens)
             self.ms["vjp_dh_T" if with_dh_T else "vjp"] = (time.perf_counter() - t0) * 1e3
+            self._finite("gradients", dict(zip(GRADS, self._grads[with_dh_T])))
         return self._grads[with_dh_T]
 
     def scales(self, with_dh_T: bool, with_grads: bool) -> dict[str, np.ndarray]:
         key = (with_dh_T, with_grads)
         if key not in self._scales:
             from ._budget import problem_scales
+            from ._oracle import _quiet
             t0 = time.perf_counter()
             p = self.p._replace(dh_T=self.p.dh_T if with_dh_T else None,
                                 do=self.p.do if with_grads else None)
-            self._scales[key] = problem_scales(p, self.scale, self.impl)
+            with _quiet():
+                self._scales[key] = problem_scales(p, self.scale, self.impl)
             self.ms["scales_vjp" if with_grads else "scales"] = (time.perf_counter() - t0) * 1e3
+            self._finite("error scales", self._scales[key])
         return self._scales[key]
 
     def references(self, with_dh_T: bool, grads: bool, chunk_size: int | None,

@@ -5,30 +5,43 @@
     glaref audit --impl mykernels.py:gla --layout bthd --config 2,1,4,64,64 --seq 1000
     glaref oracles verify                     # the golden vectors (oracles/) against this glaref
 
-Exit codes: 0 every row within the error bound, 1 a bound exceeded, a non-finite output or nothing
-measurable, 2 usage error, 3 environment error (jax missing, backend or matplotlib unavailable),
-130 interrupted (the JSON file keeps the rows measured so far). Each non-zero exit prints a
-one-line reason; --exit-zero turns 1 into 0 for exploration.
+Exit codes: 0 every row within the error bound, 1 a row failed (a bound exceeded, a non-finite
+output, a kernel that raised) or nothing was audited, 2 usage error, 3 environment error (jax
+missing, backend or matplotlib unavailable, rows glaref skipped for lack of memory), 130
+interrupted (the JSON file keeps the rows measured so far). Each non-zero exit prints a one-line
+reason; --exit-zero turns 1 into 0 for exploration. Arguments, output paths and matplotlib are
+checked before any work. Progress goes to stderr, one line per row (--no-progress: none).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Sequence
 
 PROG = "glaref"
+
+# the engine's argument names, as the command line spells them (for its error messages)
+_FLAGS = {"impl": "--impl", "config": "--config", "seq": "--seq", "mode": "--mode",
+          "dtype": "--dtype", "precision": "--precision", "backend": "--backend",
+          "repeats": "--repeats", "chunk_size": "--chunk-size",
+          "accumulate_dtype": "--accumulate-dtype", "seed": "--seed", "regime": "--regime",
+          "preset": "--preset", "oracle_impl": "--oracle", "json_path": "--json",
+          "layout": "--layout", "scale": "--scale"}
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so that main() returns its code."""
 
     def error(self, message):
-        raise _UsageExit(message)
+        raise _UsageExit(self, message)
 
 
 class _UsageExit(Exception):
-    pass
+    def __init__(self, parser: argparse.ArgumentParser, message: str):
+        super().__init__(message)
+        self.parser = parser
 
 
 def _parser() -> _Parser:
@@ -70,7 +83,8 @@ def _parser() -> _Parser:
                    "input dtype itself (e.g. bfloat16) for a kernel that rounds everything to "
                    "it: that leaves almost no bound (only non-finite values fail). Built-in "
                    "kernels accumulate in float32")
-    a.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    a.add_argument("--seed", type=int, default=0, help="input seed, a non-negative integer "
+                   "(default 0)")
     a.add_argument("--regime", default="standard", help="comma-separated input regimes from "
                    "glaref.regimes (default standard)")
     a.add_argument("--preset", default="quick", choices=sorted(PRESETS), help="quick (default: "
@@ -78,17 +92,23 @@ def _parser() -> _Parser:
     a.add_argument("--oracle", choices=("numba", "numpy"), help="oracle implementation (default "
                    "numba when installed)")
     a.add_argument("--json", metavar="FILE", help="write the report (seed schema) here, updated "
-                   "after every row")
-    a.add_argument("--plot", metavar="FILE.png", help="error vs seq per gradient and time vs seq "
-                   "(needs matplotlib)")
+                   "after every row; a missing directory is created")
+    a.add_argument("--plot", metavar="FILE.png", help="error vs seq per gradient and time vs seq, "
+                   "as .png, .pdf or .svg (needs matplotlib); a missing directory is created")
     a.add_argument("--exit-zero", action="store_true", help="exit 0 even when an error bound is "
                    "exceeded (usage and environment errors still exit 2 and 3)")
+    a.add_argument("--no-progress", "--quiet", dest="progress", action="store_false",
+                   help="no progress lines on stderr (default: one line per row)")
     from . import _golden_cli
     _golden_cli.add_parser(sub)
     return p
 
 
 def _err(msg: str) -> None:
+    # an engine message names its argument first ("chunk_size: got 0, ..."): use the flag's name
+    m = re.match(r"(\w+)(?=[: ])", msg)
+    if m and m.group(1) in _FLAGS:
+        msg = _FLAGS[m.group(1)] + msg[m.end():]
     print(f"{PROG} audit: error: {msg}", file=sys.stderr)
 
 
@@ -98,6 +118,11 @@ def _audit(ns: argparse.Namespace) -> int:
     from .audit._errors import AuditEnvironmentError, AuditUsageError
 
     if ns.plot:
+        try:
+            _report.check_output(ns.plot, "--plot", _report.PLOT_FORMATS)
+        except AuditUsageError as exc:
+            _err(str(exc))
+            return 2
         try:
             import matplotlib  # noqa: F401
         except ImportError:
@@ -144,7 +169,7 @@ def _audit(ns: argparse.Namespace) -> int:
               repeats=ns.repeats, seed=ns.seed, regimes=ns.regime, json_path=ns.json,
               oracle_impl=ns.oracle, chunk_size=ns.chunk_size,
               accumulate_dtype=ns.accumulate_dtype, on_record=keep,
-              progress=progress if sys.stderr.isatty() else None)
+              progress=progress if ns.progress else None)
     except AuditUsageError as exc:
         _err(str(exc))
         return 2
@@ -177,8 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except _UsageExit as exc:
-        parser.print_usage(sys.stderr)
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        # the usage of the (sub)command whose arguments were wrong
+        exc.parser.print_usage(sys.stderr)
+        print(f"{exc.parser.prog}: error: {exc}", file=sys.stderr)
         return 2
     except SystemExit as exc:          # --help
         return int(exc.code or 0)

@@ -30,6 +30,20 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "glaref: tests that audit a kernel against the glaref oracle")
+    # a bad option is one usage error for the whole run, not a long traceback in every test
+    regimes = config.getoption("glaref_regimes", default="standard")
+    dtype = config.getoption("glaref_dtype", default="float32")
+    if (regimes, dtype) != ("standard", "float32"):
+        from glaref._metrics import FLOAT_DTYPES
+        from glaref.regimes import REGIMES
+
+        names = [r.strip() for r in str(regimes).split(",") if r.strip()]
+        bad = [r for r in names if r not in REGIMES]
+        if bad or not names:
+            raise pytest.UsageError(f"--glaref-regimes: got {regimes!r}, expected comma-separated "
+                                    f"names from {sorted(REGIMES)}")
+        if dtype not in FLOAT_DTYPES:
+            raise pytest.UsageError(f"--glaref-dtype: got {dtype!r}, expected one of {FLOAT_DTYPES}")
 
 
 @pytest.fixture

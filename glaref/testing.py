@@ -52,7 +52,7 @@ def _describe(rec: dict[str, Any]) -> str:
              f"(B={rec['batch']} G={rec['groups']} H={rec['heads']} dk={rec['dk']} dv={rec['dv']}) "
              f"T={rec['seq']} regime {rec.get('regime')}")
     if "skipped" in rec:
-        return f"{where}: kernel not measured: {rec['skipped']}"
+        return f"{where}: not measured: {rec['skipped']}"
     only = f" (forward only: {rec['forward_only']})" if rec.get("forward_only") else ""
     lines = [f"{where}: {rec.get('verdict')}{only}"]
     rel = {**(rec.get("rel_err_out") or {}), **(rec.get("rel_err_grads") or {})}
@@ -93,6 +93,40 @@ def _framework(kernel: Any, framework: str | None) -> str:
     return detect_framework(kernel) if framework is None else framework
 
 
+def _run_check(kernel, framework, *, configs, seqs, dtype, regimes, layout, scale, chunk_size,
+               accumulate_dtype, modes, seed, backend, precision, compute_dtype, device):
+    """check_kernel's rows: JAX kernels through the audit engine, torch/NumPy ones through
+    ``audit_kernel``."""
+    from .audit import AuditUsageError
+    from .audit._engine import audit, audit_kernel
+
+    fw = _framework(kernel, framework)
+    if fw == "jax":
+        for name, value in (("compute_dtype", compute_dtype), ("device", device)):
+            if value is not None:
+                raise AuditUsageError(f"{name}: got {value!r} for a JAX kernel, expected None (the "
+                                      "audit derives both from dtype, precision and backend)")
+        return audit([kernel], configs, seqs, modes, dtype=dtype, precision=precision,
+                     backend=backend, layout=layout, scale=scale, repeats=0, seed=seed,
+                     regimes=regimes, chunk_size=chunk_size, accumulate_dtype=accumulate_dtype)
+    if backend is not None:
+        raise AuditUsageError(f"backend: got {backend!r} for a {fw} kernel, expected None "
+                              "(JAX only; a torch kernel's device is device=)")
+    if precision != "default":
+        raise AuditUsageError(f"precision: got {precision!r} for a {fw} kernel, expected "
+                              "'default' (jax's matmul precision; for TF32 matmuls pass "
+                              "compute_dtype='tf32')")
+    records = audit_kernel(kernel, framework=fw, detected=framework is None, configs=configs,
+                           seqs=seqs, modes=modes, dtype=dtype, compute_dtype=compute_dtype,
+                           layout=layout, scale=scale, seed=seed, regimes=regimes,
+                           chunk_size=chunk_size, accumulate_dtype=accumulate_dtype, device=device)
+    lost = sorted({r["forward_only"] for r in records if r.get("forward_only")})
+    if fw == "torch" and lost and "fwd_bwd" in modes:
+        warnings.warn(f"{records[0]['impl']}: gradients not checked, forward only: "
+                      f"{'; '.join(lost)}", stacklevel=3)
+    return records
+
+
 def check_kernel(kernel: Callable | str, framework: str | None = None, *, configs=DEFAULT_CONFIG,
                  seqs=DEFAULT_SEQS, dtype: str = "float32", regimes="standard",
                  layout: str = "bhtd", scale: float = 1.0, chunk_size: int | None = None,
@@ -123,42 +157,30 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
         kernel's ``tl.dot``).
 
     Raises AssertionError naming every failing row and output with its figures. A kernel that
-    raises, or returns the wrong structure, fails too (the message gives the exception): the
-    caller asked for this kernel to be checked. Bad arguments raise
-    ``glaref.audit.AuditUsageError`` (a ValueError); missing jax for a JAX kernel,
-    ``AuditEnvironmentError``.
+    raises (SystemExit included), or returns the wrong structure or a non-float dtype, fails too
+    (the message gives the reason): the caller asked for this kernel to be checked. Bad arguments
+    raise ``glaref.audit.AuditUsageError`` (a ValueError) with a one-line message; missing jax
+    for a JAX kernel, or rows glaref declines for lack of memory, ``AuditEnvironmentError``.
     """
     __tracebackhide__ = True
-    from .audit import AuditUsageError
-    from .audit._engine import audit, audit_kernel
+    from .audit import AuditEnvironmentError, AuditUsageError
 
-    fw = _framework(kernel, framework)
-    if fw == "jax":
-        for name, value in (("compute_dtype", compute_dtype), ("device", device)):
-            if value is not None:
-                raise AuditUsageError(f"{name}: got {value!r} for a JAX kernel, expected None (the "
-                                      "audit derives both from dtype, precision and backend)")
-        records = audit([kernel], configs, seqs, list(modes), dtype=dtype, precision=precision,
-                        backend=backend, layout=layout, scale=scale, repeats=0, seed=seed,
-                        regimes=regimes, chunk_size=chunk_size, accumulate_dtype=accumulate_dtype)
-    else:
-        if backend is not None:
-            raise AuditUsageError(f"backend: got {backend!r} for a {fw} kernel, expected None "
-                                  "(JAX only; a torch kernel's device is device=)")
-        if precision != "default":
-            raise AuditUsageError(f"precision: got {precision!r} for a {fw} kernel, expected "
-                                  "'default' (jax's matmul precision; for TF32 matmuls pass "
-                                  "compute_dtype='tf32')")
-        records = audit_kernel(kernel, framework=fw, detected=framework is None, configs=configs,
-                               seqs=seqs, modes=list(modes), dtype=dtype,
-                               compute_dtype=compute_dtype, layout=layout, scale=scale, seed=seed,
-                               regimes=regimes, chunk_size=chunk_size,
-                               accumulate_dtype=accumulate_dtype, device=device)
-        lost = sorted({r["forward_only"] for r in records if r.get("forward_only")})
-        if fw == "torch" and lost and "fwd_bwd" in modes:
-            warnings.warn(f"{records[0]['impl']}: gradients not checked, forward only: "
-                          f"{'; '.join(lost)}", stacklevel=2)
-    bad = [r for r in records if not r.get("ok")]
+    try:
+        records = _run_check(kernel, framework, configs=configs, seqs=seqs, dtype=dtype,
+                             regimes=regimes, layout=layout, scale=scale, chunk_size=chunk_size,
+                             accumulate_dtype=accumulate_dtype, modes=modes, seed=seed,
+                             backend=backend, precision=precision, compute_dtype=compute_dtype,
+                             device=device)
+    except (AuditUsageError, AuditEnvironmentError) as exc:
+        # raised afresh from here, so that a test report shows this one line, not the engine
+        raise type(exc)(str(exc)) from None
+    bad = [r for r in records if r.get("ok") is False]
+    declined = [r for r in records if r.get("ok") is None]
+    if declined and not bad:
+        raise AuditEnvironmentError(
+            f"{len(declined)} of {len(records)} rows not checked: "
+            + "; ".join(f"{r['mode']} config {r['config']} T={r['seq']}: {r['skipped']}"
+                        for r in declined))
     if bad:
         rows = "\n".join(_describe(r) for r in bad)
         raise AssertionError(

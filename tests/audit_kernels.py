@@ -110,3 +110,39 @@ def _cv_bwd(res, cts):
 
 
 custom_vjp_kernel.defvjp(_cv_fwd, _cv_bwd)
+
+
+def complex_kernel(q, k, v, log_alpha, h0):
+    """The correct o plus 1e3j: complex64 (the imaginary part must not be dropped silently)."""
+    return scan_kernel(q, k, v, log_alpha, h0) + 1e3j
+
+
+def int_kernel(q, k, v, log_alpha, h0):
+    """The correct o rounded to int32."""
+    return scan_kernel(q, k, v, log_alpha, h0).astype(jnp.int32)
+
+
+def bool_kernel(q, k, v, log_alpha, h0):
+    """o > 0, a bool array of o's shape."""
+    return scan_kernel(q, k, v, log_alpha, h0) > 0
+
+
+def none_kernel(q, k, v, log_alpha, h0):
+    """Forgets to return."""
+    scan_kernel(q, k, v, log_alpha, h0)
+
+
+def exiting_kernel(q, k, v, log_alpha, h0):
+    """Calls sys.exit(7) (a kernel library that gives up on an unsupported shape this way)."""
+    import sys
+    sys.exit(7)
+
+
+def memory_error_kernel(q, k, v, log_alpha, h0):
+    """Raises MemoryError above T = 15 (a kernel that runs out of memory on long sequences)."""
+    if q.shape[2] > 15:
+        raise MemoryError(f"cannot allocate the states for T={q.shape[2]}")
+    return scan_kernel(q, k, v, log_alpha, h0)
+
+
+not_a_kernel = 3

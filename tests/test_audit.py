@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -189,13 +190,14 @@ def test_residual_mb_is_zero_for_custom_vjp_and_every_state_for_plain_autodiff()
 
 # ---------------------------------------------------------------- a kernel that raises / is interrupted
 
-def test_a_raising_kernel_is_skipped_and_the_audit_goes_on():
+def test_a_raising_kernel_is_a_failed_row_and_the_audit_goes_on():
     recs = glaref.audit([ak.raising_kernel], TINY, [9, 20, 11], ["fwd"], **FAST)
     assert [r["seq"] for r in recs] == [9, 20, 11]
-    assert recs[1]["skipped"] == "ValueError: unsupported shape: T=20" and recs[1]["ok"] is None
+    why = "kernel raised ValueError: unsupported shape: T=20"
+    assert recs[1]["skipped"] == why and recs[1]["ok"] is False and recs[1]["failures"] == [why]
     assert recs[0]["ok"] and recs[2]["ok"]
     code, line = summary(recs)
-    assert code == 0 and "1 skipped" in line
+    assert code == 1 and line.startswith("FAIL: 1 of 3 rows fail the verdict") and why in line, line
 
 
 def test_an_interrupted_audit_keeps_the_rows_it_measured(tmp_path):
@@ -356,3 +358,138 @@ def test_metrics_on_known_values():
     assert _metrics.compute_dtype("float32", "default", "gpu") == "tf32"
     assert _metrics.compute_dtype("float32", "highest", "gpu") == "float32"
     assert _metrics.compute_dtype("float32", "default", "cpu") == "float32"
+
+
+# ---------------------------------------------------------------- no silent wrong answers (issues 10, 17)
+
+@pytest.mark.parametrize("kernel, T, why", [
+    (ak.complex_kernel, 9, "o: got dtype complex64, expected a real floating dtype"),
+    (ak.int_kernel, 9, "o: got dtype int32, expected a real floating dtype"),
+    (ak.bool_kernel, 9, "o: got dtype bool, expected a real floating dtype"),
+    (ak.none_kernel, 9, "kernel returned None, expected o or (o, h_T)"),
+    (ak.exiting_kernel, 9, "kernel raised SystemExit (sys.exit(7))"),
+    (ak.memory_error_kernel, 20, "kernel raised MemoryError: cannot allocate the states for T=20"),
+])
+def test_a_kernel_that_returns_a_wrong_kind_or_raises_is_a_failed_row(kernel, T, why):
+    recs = glaref.audit([kernel], TINY, [T], **FAST)
+    for r in recs:
+        assert r["ok"] is False and r["skipped"].startswith(why) and r["failures"] == [r["skipped"]], r
+    code, line = summary(recs)
+    assert code == 1 and why in line
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(configs=[]), "config: got [], expected at least one config"),
+    (dict(configs={}), "config: got {}, expected at least one config"),
+    (dict(configs=[(1, 1, 2, 8, 4.5)]), "config '(1, 1, 2, 8, 4.5)': got 4.5 as dv, expected an integer"),
+    (dict(seqs=(2.5,)), "seq: got 2.5 (float), expected a positive integer"),
+    (dict(seqs=[True]), "seq: got True (bool), expected a positive integer"),
+    (dict(seqs=[]), "seq: got [], expected at least one sequence length"),
+    (dict(seqs="9,x"), "seq: got 'x' (str), expected a positive integer"),
+    (dict(seed=-1), "seed: got -1, expected an integer >= 0"),
+    (dict(seed=1.5), "seed: got 1.5 (float), expected an integer >= 0"),
+    (dict(scale="0.5"), "scale: got '0.5' (builtins.str), expected a real number"),
+    (dict(scale=True), "scale: got True (builtins.bool), expected a real number"),
+    (dict(scale=10**400), "scale: got an integer of 1329 bits"),
+    (dict(chunk_size=0), "chunk_size: got 0, expected a positive integer"),
+    (dict(chunk_size=2.0), "chunk_size: got 2.0 (float), expected a positive integer"),
+    (dict(impls="chunked", chunk_size=16), "chunk_size: got 16, but it describes user kernels and "
+                                            "every kernel here is built in (chunked)"),
+    (dict(impls="chunked,scan", accumulate_dtype="float32"), "accumulate_dtype: got 'float32', but"),
+    (dict(modes=5), "mode: got 5, expected one of ('fwd', 'fwd_bwd')"),
+    (dict(preset=["quick"]), "preset: got ['quick'], expected one of"),
+    (dict(backend=0), "backend: got 0, expected a platform name"),
+    (dict(impls=f"{ak.__file__}:not_a_kernel"), "impl: '"),
+])
+def test_bad_arguments_are_refused_before_any_work_naming_what_they_got(kwargs, message):
+    with pytest.raises(AuditUsageError) as e:
+        glaref.audit(**{"impls": [ak.scan_kernel], "configs": TINY, "seqs": [9], **kwargs})
+    assert str(e.value).startswith(message), str(e.value)
+
+
+def test_a_non_callable_kernel_name_says_what_it_names():
+    with pytest.raises(AuditUsageError) as e:
+        glaref.audit([f"{ak.__file__}:not_a_kernel"], TINY, [9])
+    assert str(e.value).endswith("not_a_kernel' names 3 (type int), expected a callable"), str(e.value)
+
+
+def test_unwritable_json_paths_are_refused_before_any_work(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    cases = {str(tmp_path): "which is a directory; expected a file name",
+             "/proc/version": "no file can be created in '/proc'",
+             str(afile / "r.json"): "is not a directory"}
+    for path, text in cases.items():
+        with pytest.raises(AuditUsageError) as e:
+            glaref.audit([ak.scan_kernel], TINY, [9], json_path=path, **FAST)
+        assert str(e.value).startswith(f"json_path: ") and text in str(e.value), str(e.value)
+    # a missing directory is created, as for the plot
+    out = tmp_path / "new" / "dir" / "r.json"
+    glaref.audit([ak.scan_kernel], TINY, [9], ["fwd"], json_path=out, **FAST)
+    assert json.loads(out.read_text())["results"][0]["ok"]
+
+
+def test_the_oracles_memory_is_estimated_and_rows_that_cannot_fit_are_skipped(monkeypatch):
+    from glaref.audit import _device, _engine
+
+    # the estimate covers at least what is certainly held at once: the generated inputs, their
+    # rounded copy and the oracle's forward; the gradients add to it
+    d = Dims(1, 1, 2, 9, 8, 4)
+    p = make_inputs("standard", d, 0)
+    o, h_T = glaref.forward(p.q, p.k, p.v, p.log_alpha, p.h0)
+    held = 2 * sum(x.nbytes for x in p[:7]) + o.nbytes + h_T.nbytes
+    assert held <= _engine.oracle_bytes(d, ["fwd"]) < _engine.oracle_bytes(d, ["fwd", "fwd_bwd"])
+    need = _engine.oracle_bytes(d, ["fwd", "fwd_bwd"])
+    monkeypatch.setattr(_device, "host_available_bytes", lambda: need - 1)
+    monkeypatch.setattr("glaref.regimes.make_inputs", lambda *a, **k: pytest.fail("inputs made"))
+    recs = glaref.audit([ak.scan_kernel], TINY, [9], **FAST)
+    assert [r["mode"] for r in recs] == ["fwd", "fwd_bwd"]
+    for r in recs:
+        assert r["ok"] is None and r["skipped"].startswith(
+            f"the oracle needs about {need / 2**30:.3g} GiB of host memory"), r
+    code, line = summary(recs)
+    assert code == 3 and line.startswith("INCOMPLETE: 0 rows within the error bound, 2 of 2 skipped")
+
+
+def test_absurd_sizes_are_skipped_not_allocated():
+    # 10**12 and 10**30 steps: the estimate alone refuses them (numpy could not even make the shape)
+    recs = glaref.audit([ak.scan_kernel], {"big_b": (10**11, 1, 1, 8, 8), **TINY},
+                        [9, 10**12, 10**30], ["fwd"], **FAST)
+    assert [(r["config"], r["seq"], r["ok"]) for r in recs] == [
+        ("big_b", 9, None), ("big_b", 10**12, None), ("big_b", 10**30, None),
+        ("tiny", 9, True), ("tiny", 10**12, None), ("tiny", 10**30, None)]
+    assert summary(recs)[0] == 3
+
+
+def test_an_oracle_that_would_overflow_is_a_usage_error_naming_scale():
+    with pytest.raises(AuditUsageError) as e:
+        glaref.audit([ak.scan_kernel], TINY, [9], ["fwd"], scale=1e308, **FAST)
+    msg = str(e.value)
+    # the error scales (sums of |terms|) overflow first, before the values themselves
+    assert re.match(r"scale: got 1e\+308; the oracle's (forward|error scales): non-finite results: o has ", msg), msg
+    assert "Likely cause: scale (1e+308)" in msg, msg
+
+
+def test_a_kernel_file_imports_its_sibling_modules_and_sys_path_is_restored(tmp_path, monkeypatch):
+    kdir = tmp_path / "kdir"
+    kdir.mkdir()
+    (kdir / "glaref_sibling_helper.py").write_text("FACTOR = 1.0\n")
+    (kdir / "kernel.py").write_text(
+        "import glaref_sibling_helper\n"
+        f"import sys; sys.path.insert(0, {str(Path(ak.__file__).parent)!r})\n"
+        "from audit_kernels import scan_kernel\n"
+        "def fn(q, k, v, log_alpha, h0):\n"
+        "    return scan_kernel(q, k, v, log_alpha, h0) * glaref_sibling_helper.FACTOR\n")
+    monkeypatch.chdir(tmp_path.parent)
+    before = list(__import__("sys").path)
+    (r,) = glaref.audit([f"{kdir / 'kernel.py'}:fn"], TINY, [9], ["fwd"], **FAST)
+    assert r["ok"], r
+    after = list(__import__("sys").path)
+    assert str(kdir) not in after and len(after) == len(before) + 1      # the kernel's own insert
+
+
+def test_a_kernel_module_that_exits_on_import_is_a_usage_error(tmp_path):
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(7)\n")
+    with pytest.raises(AuditUsageError) as e:
+        glaref.audit([f"{tmp_path / 'exits.py'}:fn"], TINY, [9], **FAST)
+    assert str(e.value).endswith("exits.py' failed: it called sys.exit(7)"), str(e.value)

@@ -49,7 +49,8 @@ def test_exit_0_prints_the_table_and_writes_the_json(capsys, tmp_path):
     doc = json.loads(out_json.read_text())
     assert [r["mode"] for r in doc["results"]] == ["fwd", "fwd_bwd"]
     assert doc["config"]["configs"] == {"b1g1h2_dk8_dv4": [1, 1, 2, 8, 4]}
-    assert err == ""                      # progress only when stderr is a terminal
+    # progress on stderr, one line per row, even when stderr is not a terminal
+    assert [ln.split()[0] for ln in err.splitlines()] == ["[1/2]", "[2/2]"], err
 
 
 def test_exit_1_for_a_wrong_kernel_and_exit_zero_overrides(capsys):
@@ -68,13 +69,14 @@ def test_exit_1_for_a_nan_kernel_without_crashing(capsys):
     assert "o: 2 non-finite value(s), first at (0, 5, 1, 0)" in out
 
 
-def test_a_raising_kernel_is_reported_skipped_beside_a_passing_one(capsys):
+def test_a_raising_kernel_is_a_failed_row_beside_a_passing_one(capsys):
     code, out, _ = run(capsys, "--impl", f"{kernel('raising_kernel')},{kernel('scan_kernel')}",
                        "--config", "1,1,2,8,4", "--seq", "20", "--repeats", "1", "--oracle",
                        "numpy", "--mode", "fwd")
-    assert code == 0
-    assert "skipped: ValueError: unsupported shape: T=20" in out
-    assert "OK: 1 rows within 6x the reference kernels' error and the proven bound, 1 skipped" in out
+    assert code == 1
+    row = [ln for ln in out.splitlines() if ln.startswith(kernel("raising_kernel"))][0]
+    assert row.endswith("FAIL: kernel raised ValueError: unsupported shape: T=20"), row
+    assert "FAIL: 1 of 2 rows fail the verdict" in out and "skipped" not in out
 
 
 @pytest.mark.parametrize("args", [
@@ -113,7 +115,7 @@ def test_exit_3_when_the_backend_is_missing(capsys):
         pytest.skip("this machine has a GPU")
     code, out, err = run(capsys, *TINY, "--backend", "gpu")
     assert code == 3 and out == ""
-    assert err.startswith("glaref audit: error: backend 'gpu' is not available here")
+    assert err.startswith("glaref audit: error: --backend 'gpu' is not available here")
 
 
 def test_python_dash_m_glaref_is_the_same_command():
@@ -174,11 +176,13 @@ def test_bench_grid_prints_same_run_ratios_beside_the_seeds(tmp_path, capsys):
     assert cells[11:13] == ["259.0", "250.0"]
 
 
-def test_progress_goes_to_stderr_only_when_it_is_a_terminal(capsys, monkeypatch):
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+@pytest.mark.parametrize("flag", ["--no-progress", "--quiet"])
+def test_progress_goes_to_stderr_and_can_be_switched_off(capsys, flag):
     code, out, err = run(capsys, "--impl", kernel("scan_kernel"), *TINY, "--mode", "fwd")
     assert code == 0
     assert err.startswith("[1/1] ") and "T=9" in err and "[1/1]" not in out
+    code, out, err = run(capsys, "--impl", kernel("scan_kernel"), *TINY, "--mode", "fwd", flag)
+    assert code == 0 and err == "" and "OK: 1 rows" in out
 
 
 def test_importing_the_cli_and_engine_loads_no_jax():
@@ -186,3 +190,117 @@ def test_importing_the_cli_and_engine_loads_no_jax():
                         "print(sorted(m for m in ('jax', 'numba', 'matplotlib', 'torch') if m in sys.modules))"],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------- through a subprocess (issues 10, 17)
+
+def cli(*args, cwd=ROOT, timeout=180, script=None):
+    """``python -m glaref audit ...`` (or ``python script audit ...``) in a fresh process:
+    (exit code, stdout, stderr). stderr is a pipe, not a terminal."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    head = [sys.executable, str(script)] if script else [sys.executable, "-m", "glaref"]
+    r = subprocess.run([*head, "audit", *args], capture_output=True, text=True, cwd=cwd,
+                       env=env, timeout=timeout)
+    return r.returncode, r.stdout, r.stderr
+
+
+def _one_line_error(err: str, start: str) -> None:
+    __tracebackhide__ = True
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith(start), err
+
+
+@pytest.mark.parametrize("args, start", [
+    (["--seed", "-1"], "glaref audit: error: --seed: got -1, expected an integer >= 0"),
+    (["--config", "1,2,3,4,x"], "glaref audit: error: --config '1,2,3,4,x': got 'x' as dv"),
+    (["--chunk-size", "0", "--impl", "m:f"], "glaref audit: error: --chunk-size: got 0, expected a positive integer"),
+    (["--impl", "chunked", "--chunk-size", "16"], "glaref audit: error: --chunk-size: got 16, but it "
+                                                  "describes user kernels"),
+    (["--scale", "1e400"], "glaref audit: error: --scale: got inf, expected a finite number"),
+    (["--json", "."], "glaref audit: error: --json: got '.', which is a directory"),
+    (["--json", "/proc/version"], "glaref audit: error: --json: cannot write '/proc/version'"),
+    (["--plot", "."], "glaref audit: error: --plot: got '.', which is a directory"),
+    (["--plot", "r.txt"], "glaref audit: error: --plot: got 'r.txt', expected a file name ending in .png"),
+    (["--plot", "report"], "glaref audit: error: --plot: got 'report', expected a file name ending in"),
+    (["--preset", "nope"], "glaref audit: error: argument --preset: invalid choice: 'nope'"),
+    (["--impl", f"{KERNELS}:not_a_kernel"], "glaref audit: error: --impl: "),
+])
+def test_usage_errors_exit_2_with_one_line_before_any_work(args, start):
+    code, out, err = cli(*TINY, *args)
+    assert code == 2, (out, err)
+    _one_line_error(err, start)
+    assert out == ""                          # nothing measured, no table
+    if "--chunk-size" in args:
+        assert "None" not in err
+    if "--preset" in args:                    # the audit's usage, not the top-level one
+        assert err.startswith("usage: glaref audit ")
+
+
+@pytest.mark.parametrize("args", [
+    ["--config", "64,8,64,128,128", "--seq", "100000", "--mode", "fwd"],
+    ["--seq", "1000000000000"],
+    ["--seq", "1" + "0" * 30],
+    ["--config", "100000000000,1,1,8,8", "--seq", "9"],
+])
+def test_rows_too_large_for_the_oracle_are_skipped_with_their_reason_and_exit_3(args):
+    code, out, err = cli("--impl", kernel("scan_kernel"), "--oracle", "numpy", "--repeats", "1",
+                         *(TINY[:2] if "--config" not in args else []), *args, timeout=120)
+    assert code == 3, (out, err)
+    assert "Traceback" not in err
+    rows = [ln for ln in out.splitlines() if ln.startswith(kernel("scan_kernel"))]
+    assert rows and all("skipped: the oracle needs about" in ln and "GiB of host memory" in ln
+                        for ln in rows), out
+    assert out.splitlines()[-1].startswith("INCOMPLETE: 0 rows within the error bound")
+
+
+def test_failing_kernels_exit_1_each_row_failed_and_progress_on_stderr(tmp_path):
+    out_json = tmp_path / "new" / "dir" / "r.json"     # missing directories are created
+    code, out, err = cli("--impl", f"{kernel('memory_error_kernel')},{kernel('exiting_kernel')}",
+                         "--config", "1,1,2,8,4", "--seq", "9,20", "--mode", "fwd", "--repeats", "1",
+                         "--oracle", "numpy", "--json", str(out_json))
+    assert code == 1, (out, err)
+    assert "Traceback" not in err
+    rows = {(ln.split()[0].rsplit(":", 1)[1], ln.split()[3]): ln for ln in out.splitlines()
+            if ln.startswith(str(KERNELS))}
+    assert rows[("memory_error_kernel", "9")].endswith("ok")
+    assert rows[("memory_error_kernel", "20")].endswith(
+        "FAIL: kernel raised MemoryError: cannot allocate the states for T=20")
+    assert all(rows[("exiting_kernel", T)].endswith("FAIL: kernel raised SystemExit (sys.exit(7))")
+               for T in ("9", "20"))
+    assert "FAIL: 3 of 4 rows fail the verdict" in out and "skipped" not in out
+    # one progress line per row on stderr, although it is not a terminal
+    assert [ln.split()[0] for ln in err.splitlines()] == ["[1/4]", "[2/4]", "[3/4]", "[4/4]"], err
+    assert [r["ok"] for r in json.loads(out_json.read_text())["results"]] == [True, False, False, False]
+
+
+def test_the_console_script_imports_sibling_modules_of_a_kernel_file(tmp_path):
+    # as the installed `glaref` script runs: sys.path[0] is the script's own directory, and the
+    # current directory is not on sys.path (python -m would put it there)
+    bindir, kdir = tmp_path / "bin", tmp_path / "kdir"
+    bindir.mkdir()
+    kdir.mkdir()
+    script = bindir / "glaref"
+    script.write_text("import sys\nfrom glaref.cli import main\nsys.exit(main())\n")
+    (kdir / "glaref_sibling_helper.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(KERNELS.parent)!r})\n"
+        "from audit_kernels import scan_kernel as kernel\n")
+    (kdir / "kernel.py").write_text("from glaref_sibling_helper import kernel\n")
+    code, out, err = cli("--impl", "kdir/kernel.py:kernel", *TINY, "--mode", "fwd", cwd=tmp_path,
+                         script=script)
+    assert code == 0, (out, err)
+    assert "OK: 1 rows within the error bound" in out
+
+
+def test_plot_checks_matplotlib_before_measuring(tmp_path):
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        code, out, err = cli(*TINY, "--plot", str(tmp_path / "missing_dir" / "x.png"))
+        assert code == 3 and out == "" and not (tmp_path / "missing_dir").exists()
+        _one_line_error(err, "glaref audit: error: --plot needs matplotlib")
+        return
+    png = tmp_path / "missing_dir" / "x.png"
+    code, out, err = cli("--impl", kernel("scan_kernel"), *TINY, "--mode", "fwd", "--plot", str(png))
+    assert code == 0, (out, err)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"plot written to {png}" in out

@@ -80,7 +80,7 @@ def test_a_kernel_that_raises_is_a_failure_naming_the_exception():
         check_kernel(raises, seqs=[5])
     msg = str(info.value)
     assert "on 1 of 1 rows" in msg
-    assert "T=5 regime standard: kernel not measured: RuntimeError: deliberately broken" in msg, msg
+    assert "T=5 regime standard: not measured: kernel raised RuntimeError: deliberately broken" in msg, msg
 
 
 def test_bad_arguments_are_usage_errors_not_assertion_failures():
@@ -142,3 +142,83 @@ def test_loading_the_plugin_imports_neither_jax_nor_numba():
             "assert not heavy, heavy")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+# ---------------------------------------------------------------- no silent wrong answers (issue 17)
+
+import audit_kernels as ak  # noqa: E402
+
+
+@pytest.mark.parametrize("kernel, dtype", [(ak.complex_kernel, "complex64"), (ak.int_kernel, "int32"),
+                                           (ak.bool_kernel, "bool")])
+def test_outputs_of_a_wrong_dtype_fail_naming_the_dtype(kernel, dtype):
+    # correct + 1e3j used to pass (numpy dropped the imaginary part with a ComplexWarning)
+    with pytest.raises(AssertionError) as info:
+        check_kernel(kernel, seqs=[5], modes=["fwd"])
+    msg = str(info.value)
+    assert f"not measured: o: got dtype {dtype}, expected a real floating dtype" in msg, msg
+    assert "budget_ulps" not in msg.split(":\n", 1)[1]          # no accuracy figures for it
+
+
+@pytest.mark.parametrize("kwargs, text", [
+    (dict(configs=[]), "config: got [], expected at least one config"),
+    (dict(configs={}), "config: got {}, expected at least one config"),
+    (dict(seqs=(2.5,)), "seq: got 2.5 (float), expected a positive integer"),
+    (dict(modes=()), "mode: got nothing"),
+])
+def test_zero_rows_and_truncated_lengths_are_usage_errors(kwargs, text):
+    from glaref.audit import AuditUsageError
+
+    with pytest.raises(AuditUsageError) as info:
+        check_kernel("scan", **kwargs)
+    assert str(info.value).startswith(text), str(info.value)
+
+
+def test_a_kernel_calling_sys_exit_fails_instead_of_exiting(tmp_path):
+    with pytest.raises(AssertionError, match=r"not measured: kernel raised SystemExit \(sys.exit\(7\)\)"):
+        check_kernel(ak.exiting_kernel, seqs=[5], modes=["fwd"])
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(7)\n")
+    from glaref.audit import AuditUsageError
+    with pytest.raises(AuditUsageError, match=r"failed: it called sys.exit\(7\)$"):
+        check_kernel(f"{tmp_path / 'exits.py'}:fn")
+
+
+def test_rows_glaref_declines_are_an_environment_error_not_a_pass(monkeypatch):
+    from glaref.audit import AuditEnvironmentError, _device
+
+    monkeypatch.setattr(_device, "host_available_bytes", lambda: 1)
+    with pytest.raises(AuditEnvironmentError, match=r"^1 of 1 rows not checked: fwd_bwd config "
+                                                     r"\S+ T=5: the oracle needs about"):
+        check_kernel("scan", seqs=[5])
+
+
+BAD_ARGUMENT_TEST = """
+    import glaref.testing
+
+
+    def test_bad_regime():
+        glaref.testing.check_kernel("scan", regimes="nope")
+
+
+    def test_uses_fixture(glaref_check):
+        glaref_check("scan", seqs=[3])
+"""
+
+
+def test_a_bad_argument_or_option_reports_one_line_not_the_engines_source(pytester):
+    pytester.makepyfile(test_args=textwrap.dedent(BAD_ARGUMENT_TEST))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "bad_regime")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "AuditUsageError: regime: got 'nope', expected one of" in out
+    # the engine's code is not in the report: only the test's own line and the error
+    assert "def audit(" not in out and "_engine.py" not in out, out
+    # a bad option of the plugin: one usage error for the run, before any test
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--glaref-regimes=nope")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "--glaref-regimes: got 'nope', expected comma-separated names from" in err, err
+    assert "Traceback" not in err and "_engine.py" not in err
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--glaref-dtype=int8")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--glaref-dtype: got 'int8', expected one of" in result.stderr.str()

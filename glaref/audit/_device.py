@@ -118,17 +118,22 @@ def device_info(device, precision: str) -> dict[str, Any]:
     return info
 
 
+def host_available_bytes() -> int | None:
+    """Memory available to this process on the host (MemAvailable; None when unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def available_bytes(device) -> int | None:
     """Memory the next XLA program may use on ``device`` (None when unknown)."""
     if device.platform == "cpu":
-        try:
-            with open("/proc/meminfo") as f:
-                for line in f:
-                    if line.startswith("MemAvailable:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            return None
-        return None
+        return host_available_bytes()
     try:
         stats = device.memory_stats()
     except Exception:  # noqa: BLE001 - backends without memory stats

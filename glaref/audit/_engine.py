@@ -8,12 +8,16 @@ forward, vjp and the error-budget scales, each timed on its own and never counte
 Then for every mode and kernel one row is measured (``_run_row``) and appended to the records, to
 the JSON file (rewritten atomically after every row) and to the caller's callback.
 
-A kernel that raises is recorded as "skipped" with the reason and the audit goes on; a kernel
-with a non-finite output, or an output that fails either tier of the verdict
+A kernel that raises (even SystemExit), returns the wrong structure or a non-float dtype, has a
+non-finite output, or an output that fails either tier of the verdict
 (``glaref._judge.assess_outputs`` -> ``glaref._verdict.assess``: more than ``calibrated_ratio``
 times the error of the same-precision reference kernels on the same inputs, or beyond the proven
 worst-case bound), is recorded as failed (``ok`` false, ``failures`` naming each failing output
-with its tier and figure).
+with its tier and figure, or why nothing could be measured, also in ``skipped``: the seed
+report's key for a row without figures) and the audit goes on. Only rows glaref itself declines
+are skipped (``ok`` null, the reason in ``skipped``): the kernel's XLA buffers or the oracle's
+own float64 arrays would not fit in the memory available (``_Run.check_memory``,
+``oracle_bytes``).
 
 :func:`audit` runs JAX kernels (jit, ``jax.vjp``, timing, XLA memory). :func:`audit_kernel` runs
 a torch or NumPy kernel through ``glaref._frameworks.run_kernel`` on the same problems, judged by
@@ -25,14 +29,16 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from .. import _budget, _judge, _metrics, _problems
-from .._inputs import Dims, Problem, check_layout, from_canonical, to_canonical
+from .._errors import GlarefError, NonFiniteError
+from .._inputs import Dims, Problem, check_layout, check_scale, from_canonical, is_real_float, to_canonical
 from ._errors import AuditUsageError
-from ._presets import MODES, PRESETS, check_config, parse_config
+from ._presets import BUILTIN_IMPLS, MODES, PRESETS, check_config, config_name, parse_config
 from ._subjects import Subject, resolve
 from . import _device, _report, _timing
 from ..tolerances import UNIT_ROUNDOFF
@@ -60,37 +66,74 @@ def _split(x) -> list:
         return [p.strip() for p in x.split(",") if p.strip()]
     if callable(x):
         return [x]
-    return list(x)
+    try:
+        return list(x)
+    except TypeError:       # a single non-iterable value: checked (and refused) by the caller
+        return [x]
 
 
 def _configs(configs, preset_configs) -> dict[str, tuple[int, ...]]:
     if configs is None:
         return dict(preset_configs)
     if isinstance(configs, str):
-        return parse_config(configs)
-    if isinstance(configs, dict):
-        return {str(k): check_config(str(k), v) for k, v in configs.items()}
-    out: dict[str, tuple[int, ...]] = {}
-    for c in configs:
-        out.update(parse_config(c) if isinstance(c, str) else parse_config(",".join(map(str, c))))
+        out = parse_config(configs)
+    elif isinstance(configs, dict):
+        out = {str(k): check_config(str(k), v) for k, v in configs.items()}
+    else:
+        try:
+            items = list(configs)
+        except TypeError:
+            raise AuditUsageError(f"config: got {configs!r}, expected config names, 'B,G,H,dk,dv' "
+                                  "strings or {name: (B, G, H, dk, dv)}") from None
+        out = {}
+        for c in items:
+            if isinstance(c, str):
+                out.update(parse_config(c))
+            else:
+                c = check_config(repr(c), c)
+                out[config_name(c)] = c
+    if not out:
+        # zero rows would pass vacuously
+        raise AuditUsageError(f"config: got {configs!r}, expected at least one config")
     return out
+
+
+def _integer(name: str, x, low: int) -> int:
+    """An integer argument (int, numpy int or a string of digits; never a bool or a float, which
+    would be truncated) that is at least ``low``."""
+    if isinstance(x, str):
+        try:
+            t = int(x.strip())
+        except ValueError:
+            t = None
+    elif isinstance(x, (bool, np.bool_)):
+        t = None
+    else:
+        try:
+            t = operator.index(x)
+        except TypeError:
+            t = None
+    what = "a positive integer" if low == 1 else f"an integer >= {low}"
+    if t is None:
+        raise AuditUsageError(f"{name}: got {x!r} ({type(x).__name__}), expected {what}")
+    if t < low:
+        raise AuditUsageError(f"{name}: got {t}, expected {what}")
+    return t
 
 
 def _seqs(seqs, preset_seqs) -> list[int]:
     if seqs is None:
         return list(preset_seqs)
-    vals = _split(seqs) if isinstance(seqs, str) else list(seqs) if not isinstance(seqs, int) else [seqs]
-    out = []
-    for s in vals:
+    if isinstance(seqs, str):
+        vals = _split(seqs)
+    else:
         try:
-            t = int(s)
-        except (TypeError, ValueError):
-            raise AuditUsageError(f"seq: got {s!r}, expected a positive integer") from None
-        if t < 1:
-            raise AuditUsageError(f"seq: got {t}, expected a positive integer")
-        out.append(t)
+            vals = list(seqs)
+        except TypeError:
+            vals = [seqs]
+    out = [_integer("seq", s, 1) for s in vals]
     if not out:
-        raise AuditUsageError("seq: got no sequence length")
+        raise AuditUsageError(f"seq: got {seqs!r}, expected at least one sequence length")
     return out
 
 
@@ -105,10 +148,11 @@ def _choices(name: str, values, allowed: Iterable[str]) -> list[str]:
     return vals
 
 
-def _checked(configs, seqs, modes, *, pre, dtype: str, layout: str, scale, chunk_size,
+def _checked(configs, seqs, modes, *, pre, dtype: str, layout: str, scale, seed, chunk_size,
              accumulate_dtype, regimes, oracle_impl):
-    """The arguments every audit shares, checked (AuditUsageError naming the bad one):
-    (configs, seqs, modes, scale, regimes, oracle), defaults from the preset ``pre``."""
+    """The arguments every audit shares, checked (AuditUsageError naming the bad one, what it got
+    and what was expected): (configs, seqs, modes, scale, seed, chunk_size, regimes, oracle),
+    defaults from the preset ``pre``."""
     from .. import regimes as _regimes
 
     cfgs = _configs(configs, pre.configs)
@@ -117,23 +161,18 @@ def _checked(configs, seqs, modes, *, pre, dtype: str, layout: str, scale, chunk
     _choices("dtype", dtype, _metrics.FLOAT_DTYPES)
     try:
         check_layout(layout)
-    except ValueError as exc:
+        scale = check_scale(scale)
+    except GlarefError as exc:
         raise AuditUsageError(str(exc)) from None
-    try:
-        scale = float(scale)
-    except (TypeError, ValueError):
-        raise AuditUsageError(f"scale: got {scale!r}, expected a real number") from None
-    if not math.isfinite(scale):
-        raise AuditUsageError(f"scale: got {scale}, expected a finite number")
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
-                                   or chunk_size < 1):
-        raise AuditUsageError(f"chunk_size: got {chunk_size!r}, expected a positive integer or None")
+    seed = _integer("seed", seed, 0)
+    if chunk_size is not None:
+        chunk_size = _integer("chunk_size", chunk_size, 1)
     if accumulate_dtype is not None:
         _choices("accumulate_dtype", accumulate_dtype, _metrics.FLOAT_DTYPES)
     regime_list = _choices("regime", regimes, _regimes.REGIMES)
     oracle = oracle_impl or _default_oracle()
     _choices("oracle_impl", oracle, ("numba", "numpy"))
-    return cfgs, seq_list, mode_list, scale, regime_list, oracle
+    return cfgs, seq_list, mode_list, scale, seed, chunk_size, regime_list, oracle
 
 
 def _check_accumulate(accumulate_dtype: str | None, cdtype: str) -> None:
@@ -165,10 +204,26 @@ def _shape_in(layout: str, kind: str, canonical: tuple[int, ...]) -> tuple[int, 
     return tuple(s)
 
 
+def _output_problem(name: str, x, shape: tuple[int, ...], layout: str | None) -> str | None:
+    """Why one kernel output (a jax.eval_shape leaf or an array) is not a real float array of
+    ``shape``, or None."""
+    where = f" ({layout})" if layout else ""
+    if x is None or not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        return f"{name}: got {type(x).__name__}, expected an array of shape {shape}{where}"
+    if tuple(x.shape) != shape:
+        return f"{name}: got shape {tuple(x.shape)}, expected {shape}{where}"
+    if not is_real_float(x.dtype):
+        return (f"{name}: got dtype {x.dtype}, expected a real floating dtype (float16, bfloat16, "
+                "float32 or float64)")
+    return None
+
+
 def _kernel_structure(out, dims: Dims, layout: str) -> tuple[bool, str | None]:
     """(returns a final state?, problem with the output or None) from jax.eval_shape's result."""
     o_shape = _shape_in(layout, "v", (dims.B, dims.H, dims.T, dims.dv))
     hT_shape = (dims.B, dims.H, dims.dk, dims.dv)
+    if out is None:
+        return False, "kernel returned None, expected o or (o, h_T)"
     if isinstance(out, (tuple, list)):
         if len(out) != 2:
             return False, f"kernel returned {len(out)} values, expected o or (o, h_T)"
@@ -176,14 +231,15 @@ def _kernel_structure(out, dims: Dims, layout: str) -> tuple[bool, str | None]:
         final = True
     else:
         o, h_T, final = out, None, False
-    if not hasattr(o, "shape") or tuple(o.shape) != o_shape:
-        return final, f"o: got shape {getattr(o, 'shape', type(o).__name__)}, expected {o_shape} ({layout})"
-    if final and (not hasattr(h_T, "shape") or tuple(h_T.shape) != hT_shape):
-        return final, f"h_T: got shape {getattr(h_T, 'shape', type(h_T).__name__)}, expected {hT_shape}"
-    return final, None
+    problem = _output_problem("o", o, o_shape, layout)
+    if problem is None and final:
+        problem = _output_problem("h_T", h_T, hT_shape, None)
+    return final, problem
 
 
 def _reason(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit (sys.exit({exc.code!r}))"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
@@ -342,8 +398,10 @@ class _Run:
             if mode == "fwd_bwd":
                 with self.precision_ctx():
                     measured["residual_mb"] = _timing.residual_bytes(subject.fn, inputs) / _timing.MIB
-        except Exception as exc:  # a kernel that raises is skipped; the audit goes on
-            rec.update({"skipped": _reason(exc), **measured, **self.params(subject, regime, final), "ok": None})
+        except (Exception, SystemExit) as exc:  # the kernel raised: a failed row; the audit goes on
+            why = "kernel raised " + _reason(exc)
+            rec.update({"skipped": why, **measured, **self.params(subject, regime, final),
+                        "ok": False, "failures": [why]})
             return rec
 
         # ---- errors against the oracle
@@ -359,6 +417,12 @@ class _Run:
             raw.update(zip(_metrics.GRADS, grads))
         acc = _accumulate(subject, self.cdtype)
         arrays = {n: np.asarray(x) for n, x in raw.items()}
+        for name, x in arrays.items():
+            bad_dtype = _output_problem(name, x, x.shape, None)
+            if bad_dtype is not None:       # e.g. a gradient from a custom_vjp in an integer dtype
+                rec.update({"skipped": bad_dtype, **measured, **self.params(subject, regime, final),
+                            "ok": False, "failures": [bad_dtype]})
+                return rec
         canonical = {n: to_canonical(_to64(x), _KINDS[n], self.layout) for n, x in arrays.items()}
         per = _judge.assess_outputs(
             truth, canonical, {n: _dtype_name(x.dtype) for n, x in arrays.items()}, final=bool(final),
@@ -370,6 +434,12 @@ class _Run:
             rec["residual_mb"] = measured["residual_mb"]
         return _judged(rec, per, canonical, truth, layout=self.layout, cdtype=self.cdtype,
                        mode=mode, final=bool(final), params=self.params(subject, regime, final))
+
+    def declined(self, subject: Subject, mode: str, cname: str, dims: Dims, regime: str,
+                 reason: str) -> dict[str, Any]:
+        """A row glaref does not run (the oracle's memory guard): skipped, with the reason."""
+        return {**self.base(subject, mode, cname, dims, regime), "skipped": reason,
+                **self.params(subject, regime, None), "ok": None}
 
     def check_memory(self, mem: dict[str, float | None]) -> str | None:
         if not self.memory_guard:
@@ -383,6 +453,41 @@ class _Run:
             return (f"needs {need / _timing.MIB:.0f} MB of XLA buffers (temp + arguments + outputs), "
                     f"{avail / _timing.MIB:.0f} MB available on {self.device.platform}")
         return None
+
+
+def oracle_bytes(dims: Dims, modes: Iterable[str]) -> int:
+    """About the most host memory the engine's float64 arrays of one problem take at once.
+
+    Counted in float64 elements, with qk = B G T dk (q, k, dq, dk), v = B H T dv (v, do, o, dv),
+    hk = B H T dk (per-head dq, dk), g = B H T (log_alpha and its gradient), s = B H dk dv
+    (h0, dh_T, h_T, dh0): the inputs and cotangents twice (generated, then rounded to the audited
+    dtype; the copy handed to the kernel is the second on a CPU), the forward, its error scales
+    and the two same-precision reference kernels' outputs (``glaref._baseline``), and for fwd_bwd
+    the gradients, their scales (from per-head gradients), |inputs| and the references' gradients.
+    Within 10 % of the peak measured on the seed's largest config (4, 2, 8, 128, 128) at T = 8192.
+    """
+    B, G, H, T, dk, dv = dims.B, dims.G, dims.H, dims.T, dims.dk, dims.dv
+    qk, v, hk, g, s = B * G * T * dk, B * H * T * dv, B * H * T * dk, B * H * T, B * H * dk * dv
+    inputs = 2 * qk + 2 * v + g + 2 * s
+    grads = 2 * qk + v + g + s
+    n = 2 * inputs + 2 * (v + s)                               # inputs twice, forward, its scales
+    n += 2 * (v + s)                                           # the references' forward
+    if "fwd_bwd" in modes:
+        n += grads                                             # gradients
+        n += (2 * qk + 2 * v + 2 * s)                          # |inputs| for the scales
+        n += (2 * qk + v + 2 * g + s) + 2 * hk                 # gradient scales, per-head dq, dk
+        n += 2 * (v + s + grads)                               # the references' fwd_bwd
+    return 8 * n
+
+
+def _oracle_memory(dims: Dims, modes: Iterable[str], host: int | None) -> str | None:
+    """Why glaref declines a problem: its oracle side (``oracle_bytes``) would not fit in the
+    ``host`` bytes available (None: unknown, or the guard is off), else None."""
+    need = oracle_bytes(dims, modes)
+    if host is None or need <= host:
+        return None
+    return (f"the oracle needs about {need / 2**30:.3g} GiB of host memory for this problem "
+            f"(float64 inputs, results and error scales), {host / 2**30:.3g} GiB available")
 
 
 def _fwd(fn: Callable) -> Callable:
@@ -442,21 +547,33 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     non-finite values fail). Built-in kernels carry their own (chunked: 64, scan: 1, both
     accumulating in float32).
     """
-    if preset not in PRESETS:
+    if not isinstance(preset, str) or preset not in PRESETS:
         raise AuditUsageError(f"preset: got {preset!r}, expected one of {sorted(PRESETS)}")
     pre = PRESETS[preset]
     impl_list = _split(impls) if impls is not None else list(pre.impls)
     if not impl_list:
         raise AuditUsageError("impl: got no kernel")
-    cfgs, seq_list, mode_list, scale, regime_list, oracle = _checked(
-        configs, seqs, modes, pre=pre, dtype=dtype, layout=layout, scale=scale,
+    cfgs, seq_list, mode_list, scale, seed, chunk_size, regime_list, oracle = _checked(
+        configs, seqs, modes, pre=pre, dtype=dtype, layout=layout, scale=scale, seed=seed,
         chunk_size=chunk_size, accumulate_dtype=accumulate_dtype, regimes=regimes,
         oracle_impl=oracle_impl)
     _choices("precision", precision, _metrics.PRECISIONS)
-    reps = pre.repeats if repeats is None else int(repeats)
-    if reps < 0:
-        raise AuditUsageError(f"repeats: got {repeats}, expected a non-negative integer "
-                              "(0: no timing)")
+    reps = pre.repeats if repeats is None else _integer("repeats", repeats, 0)
+    if chunk_size is not None or accumulate_dtype is not None:
+        # they describe user kernels; built-ins carry their own: refuse what would apply to nothing
+        users = [i for i in impl_list if not (isinstance(i, str) and i in BUILTIN_IMPLS)]
+        if not users:
+            given = "chunk_size" if chunk_size is not None else "accumulate_dtype"
+            value = chunk_size if chunk_size is not None else accumulate_dtype
+            raise AuditUsageError(
+                f"{given}: got {value!r}, but it describes user kernels and every kernel here is "
+                f"built in ({', '.join(impl_list)}); built-in kernels carry their own")
+    if backend is not None and not isinstance(backend, str):
+        raise AuditUsageError(f"backend: got {backend!r}, expected a platform name such as "
+                              "'cpu' or 'gpu', or None")
+
+    if json_path is not None:
+        json_path = _report.check_output(json_path, "json_path")
 
     jax = _device.import_jax()
     device = _device.select_device(backend)
@@ -486,22 +603,42 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
         plan = _problems.plan(regime_list, cfgs, seq_list)
         total = len(plan) * len(mode_list) * len(subjects)
         records: list[dict[str, Any]] = []
+        host = _device.host_available_bytes() if memory_guard else None
         for regime, cname, dims in plan:
+            reason = _oracle_memory(dims, mode_list, host)
+            if reason is not None:
+                for mode in mode_list:
+                    for subject in subjects:
+                        if progress:
+                            progress(f"[{len(records) + 1}/{total}] {subject.name} {mode} {cname} "
+                                     f"T={dims.T} ({regime}): skipped")
+                        rec = run.declined(subject, mode, cname, dims, regime, reason)
+                        records.append(rec)
+                        if writer:
+                            writer.add(rec)
+                        if on_record:
+                            on_record(rec)
+                continue
             problem = _problems.make_problem(regime, dims, seed, dtype)
             truth = _judge.Truth(problem, scale, oracle)
-            truth.forward()
-            arr = run.device_arrays(problem)
-            for mode in mode_list:
-                for subject in subjects:
-                    if progress:
-                        progress(f"[{len(records) + 1}/{total}] {subject.name} {mode} {cname} "
-                                 f"T={dims.T} ({regime})")
-                    rec = run.row(subject, mode, cname, dims, regime, truth, arr)
-                    records.append(rec)
-                    if writer:
-                        writer.add(rec)
-                    if on_record:
-                        on_record(rec)
+            try:
+                truth.forward()
+                arr = run.device_arrays(problem)
+                for mode in mode_list:
+                    for subject in subjects:
+                        if progress:
+                            progress(f"[{len(records) + 1}/{total}] {subject.name} {mode} {cname} "
+                                     f"T={dims.T} ({regime})")
+                        rec = run.row(subject, mode, cname, dims, regime, truth, arr)
+                        records.append(rec)
+                        if writer:
+                            writer.add(rec)
+                        if on_record:
+                            on_record(rec)
+            except NonFiniteError as exc:
+                # the oracle's own results overflow (the regimes' inputs are moderate: an extreme
+                # scale): nothing can be judged against them
+                raise AuditUsageError(str(exc)) from None
             del arr
     return records
 
@@ -568,7 +705,8 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
                  seqs=None, modes=None, dtype: str = "float32", compute_dtype: str | None = None,
                  layout: str = "bhtd", scale: float = 1.0, seed: int = 0, regimes="standard",
                  chunk_size: int | None = None, accumulate_dtype: str | None = None,
-                 device: str | None = None, oracle_impl: str | None = None) -> list[dict[str, Any]]:
+                 device: str | None = None, oracle_impl: str | None = None,
+                 memory_guard: bool = True) -> list[dict[str, Any]]:
     """Accuracy rows of one torch or NumPy kernel (``framework``), one record per row.
 
     The rows, problems (``glaref._problems``: regime inputs rounded to ``dtype``), oracle
@@ -587,7 +725,8 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
     asked for fwd_bwd whose kernel is not differentiable (a NumPy kernel, a torch kernel whose
     outputs do not require grad): those are measured forward only and recorded as mode "fwd".
     A kernel that raises, or returns the wrong structure, is a failed row (``ok`` false,
-    ``skipped`` and ``failures`` giving the reason).
+    ``skipped`` and ``failures`` giving the reason). Rows whose oracle side would not fit in
+    the host's memory are skipped (``ok`` null) unless ``memory_guard`` is False.
     """
     from .._frameworks import FRAMEWORKS
 
@@ -599,9 +738,9 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
     if device is not None and framework != "torch":
         raise AuditUsageError(f"device: got {device!r} for a {framework} kernel, expected None "
                               "(torch kernels only)")
-    cfgs, seq_list, mode_list, scale, regime_list, oracle = _checked(
+    cfgs, seq_list, mode_list, scale, seed, chunk_size, regime_list, oracle = _checked(
         configs, seqs, modes, pre=PRESETS["quick"], dtype=dtype, layout=layout, scale=scale,
-        chunk_size=chunk_size, accumulate_dtype=accumulate_dtype, regimes=regimes,
+        seed=seed, chunk_size=chunk_size, accumulate_dtype=accumulate_dtype, regimes=regimes,
         oracle_impl=oracle_impl)
     cdtype = dtype if compute_dtype is None else _choices("compute_dtype", compute_dtype,
                                                           _metrics.COMPUTE_DTYPES)[0]
@@ -612,15 +751,30 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
     name = getattr(kernel, "__qualname__", None) or getattr(kernel, "__name__", None) or repr(kernel)
     _warm_oracle(oracle)
     records: list[dict[str, Any]] = []
+    host = _device.host_available_bytes() if memory_guard else None
     for regime, cname, dims in _problems.plan(regime_list, cfgs, seq_list):
+        reason = _oracle_memory(dims, mode_list, host)
+        if reason is not None:      # declined before any input is made
+            for mode in mode_list:
+                records.append({"impl": name, "mode": mode, "config": cname, "batch": dims.B,
+                                "groups": dims.G, "heads": dims.H, "seq": dims.T, "dk": dims.dk,
+                                "dv": dims.dv, "skipped": reason, "dtype": dtype,
+                                "compute_dtype": cdtype, "precision": None, "layout": layout,
+                                "regime": regime, "seed": seed, "scale": scale,
+                                "final_state": None, "chunk_size": chunk_size,
+                                "accumulate_dtype": acc, "framework": framework, "ok": None})
+            continue
         truth = _judge.Truth(_problems.make_problem(regime, dims, seed, dtype), scale, oracle)
-        truth.forward()
-        for mode in mode_list:
-            rec = _framework_row(kernel, name, framework, mode, cname, regime, truth, dtype=dtype,
-                                 cdtype=cdtype, layout=layout, scale=scale, seed=seed,
-                                 chunk_size=chunk_size, acc=acc, device=device,
-                                 detected=detected, oracle_impl=oracle)
-            if framework == "numpy":
-                rec["forward_only"] = "NumPy has no automatic differentiation: forward only"
-            records.append(rec)
+        try:
+            truth.forward()
+            for mode in mode_list:
+                rec = _framework_row(kernel, name, framework, mode, cname, regime, truth,
+                                     dtype=dtype, cdtype=cdtype, layout=layout, scale=scale,
+                                     seed=seed, chunk_size=chunk_size, acc=acc, device=device,
+                                     detected=detected, oracle_impl=oracle)
+                if framework == "numpy":
+                    rec["forward_only"] = "NumPy has no automatic differentiation: forward only"
+                records.append(rec)
+        except NonFiniteError as exc:     # the oracle's own results overflow: an extreme scale
+            raise AuditUsageError(str(exc)) from None
     return records

@@ -7,6 +7,7 @@ are the ones its report measured; ``quick`` is a small grid that still exercises
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from ._errors import AuditUsageError
@@ -50,13 +51,34 @@ def config_name(c: tuple[int, int, int, int, int]) -> str:
     return f"b{B}g{G}h{H}_dk{dk}_dv{dv}"
 
 
+FIELDS = ("batch", "groups", "heads", "dk", "dv")
+
+
+def _int_field(name: str, i: int, x) -> int:
+    """One field of a config: an int or a string of digits (never a float or a bool, which
+    int() would truncate or take as 1)."""
+    if isinstance(x, str):
+        if x.strip().lstrip("-").isdigit():
+            return int(x)
+    elif type(x).__name__ not in ("bool", "bool_"):
+        try:
+            return operator.index(x)
+        except TypeError:
+            pass
+    raise AuditUsageError(f"config {name!r}: got {x!r} as {FIELDS[i]}, expected an integer")
+
+
 def check_config(name: str, c) -> tuple[int, int, int, int, int]:
+    items = c.split(",") if isinstance(c, str) else c
     try:
-        t = tuple(int(x) for x in c)
-    except (TypeError, ValueError):
+        items = list(items)
+    except TypeError:
+        items = None
+    if items is None or len(items) != 5:
         raise AuditUsageError(f"config {name!r}: got {c!r}, expected five integers "
-                              "[batch, groups, heads, dk, dv]") from None
-    if len(t) != 5 or min(t) < 1:
+                              "[batch, groups, heads, dk, dv]")
+    t = tuple(_int_field(name, i, x) for i, x in enumerate(items))
+    if min(t) < 1:
         raise AuditUsageError(f"config {name!r}: got {c!r}, expected five positive integers "
                               "[batch, groups, heads, dk, dv]")
     if t[2] % t[1]:
@@ -68,8 +90,9 @@ def check_config(name: str, c) -> tuple[int, int, int, int, int]:
 def parse_config(text: str) -> dict[str, tuple[int, int, int, int, int]]:
     """'B,G,H,dk,dv' (five integers) or a comma-separated list of config names."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
-    if parts and all(p.lstrip("-").isdigit() for p in parts):
-        c = check_config(text, parts)
+    if parts and any(p.lstrip("-").isdigit() for p in parts):
+        # numbers: B,G,H,dk,dv (a part that is not an integer is named by check_config)
+        c = check_config(text, ",".join(parts))
         return {config_name(c): c}
     out = {}
     for p in parts:

@@ -3,6 +3,14 @@
 JSON: {"device": {...}, "config": {...}, "results": [record, ...]}, rewritten whole and atomically
 (temporary file + rename) after every record, so an interrupted audit leaves a valid file with
 every row it measured. Non-finite floats are written as null (JSON has no NaN).
+
+Output paths (the JSON report, the plot) are checked before any work (``check_output``): not a
+directory, a known extension for the plot, and a file can be created in its directory (or in the
+nearest one that exists). Missing directories are created when the file is written, for both.
+
+Rows: ``ok`` true (measured, within the bound), false (failed: a bound exceeded, a non-finite
+output, or a kernel that raised or returned the wrong structure or dtype, the reason then also in
+``skipped``), null (skipped: glaref declined the row, the reason in ``skipped``).
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ import os
 import tempfile
 from typing import Any, Iterable, TextIO
 
+from ._errors import AuditEnvironmentError, AuditUsageError
+
 # Record keys beyond the seed report's (tests hold the schema to exactly these).
 RECORD_ADDITIONS = (
     "rel_err_out", "max_abs_err", "reference_rel_err", "reference_ratio", "allowed_ratio",
@@ -22,6 +32,46 @@ RECORD_ADDITIONS = (
 )
 
 ERR_COLUMNS = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
+
+# what --plot writes (matplotlib picks the format from the extension, and appends ".png" to a
+# name without one: refused here so that the file written is the file named)
+PLOT_FORMATS = ("png", "pdf", "svg")
+
+
+def check_output(path, what: str, formats: tuple[str, ...] | None = None) -> str:
+    """``path`` as a string, or AuditUsageError naming ``what`` when glaref could not write a
+    file there: a directory, an extension not in ``formats``, or a directory where no file can be
+    created (read-only, /proc, ...). Creates nothing: a missing parent directory is created when
+    the file is written (``JsonWriter``, ``plot``)."""
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        raise AuditUsageError(f"{what}: got {path!r}, expected a file path") from None
+    if not isinstance(p, str) or not p:
+        raise AuditUsageError(f"{what}: got {path!r}, expected a file path")
+    example = "audit." + (formats[0] if formats else "json")
+    if os.path.isdir(p):
+        raise AuditUsageError(f"{what}: got {p!r}, which is a directory; expected a file name "
+                              f"(e.g. {os.path.join(p, example)})")
+    if formats is not None and os.path.splitext(p)[1].lower().lstrip(".") not in formats:
+        raise AuditUsageError(f"{what}: got {p!r}, expected a file name ending in "
+                              f"{', '.join('.' + f for f in formats)}")
+    if os.path.exists(p) and not os.path.isfile(p):
+        raise AuditUsageError(f"{what}: got {p!r}, which is not a regular file")
+    # the nearest directory that exists (the missing ones are created when the file is written)
+    directory = os.path.dirname(os.path.abspath(p))
+    while not os.path.exists(directory):
+        directory = os.path.dirname(directory)
+    if not os.path.isdir(directory):
+        raise AuditUsageError(f"{what}: cannot write {p!r}: {directory!r} is not a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".glaref-check-", dir=directory)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise AuditUsageError(f"{what}: cannot write {p!r}: no file can be created in "
+                              f"{directory!r} ({exc.strerror or exc})") from None
+    return p
 
 
 def jsonable(x: Any) -> Any:
@@ -48,6 +98,12 @@ class JsonWriter:
         self.write()
 
     def write(self) -> None:
+        try:
+            self._write()
+        except OSError as exc:      # the path was checked before the run: a full disk, say
+            raise AuditEnvironmentError(f"json_path: writing {self.path!r} failed: {exc}") from None
+
+    def _write(self) -> None:
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".glaref-audit-", suffix=".json", dir=directory)
@@ -200,24 +256,34 @@ class Table:
 
 # ---------------------------------------------------------------- verdict
 
+def _where(r: dict[str, Any]) -> str:
+    reg = f" ({r['regime']})" if r.get("regime") else ""
+    return f"{r['impl']} {r['mode']} {r['config']} T={r['seq']}{reg}"
+
+
 def summary(records: list[dict[str, Any]]) -> tuple[int, str]:
-    """(exit code, one-line reason): 1 when any row failed or when nothing could be measured."""
+    """(exit code, one-line reason): 1 when a row failed (a bound exceeded, a non-finite output,
+    a kernel that raised) or nothing was audited; else 3 when glaref declined rows (skipped: not
+    enough memory), naming the first with its reason; else 0."""
     failed = [r for r in records if r.get("ok") is False]
-    skipped = [r for r in records if "skipped" in r and r.get("ok") is not False]
+    skipped = [r for r in records if r.get("ok") is None]
     measured = [r for r in records if r.get("ok") is True]
+    also = f"; {len(skipped)} skipped" if skipped else ""
     if failed:
         r = failed[0]
         first = (r.get("failures") or [r.get("skipped", "")])[0]
         more = len(r.get("failures", [])) - 1
         first += f" (+{more} more output(s))" if more > 0 else ""
-        reg = f" ({r['regime']})" if r.get("regime") else ""
-        return 1, (f"FAIL: {len(failed)} of {len(records)} rows fail the verdict (first: "
-                   f"{r['impl']} {r['mode']} {r['config']} T={r['seq']}{reg}: {first})")
-    if not measured:
-        return 1, f"FAIL: none of {len(records)} rows could be measured (all skipped)"
-    extra = f", {len(skipped)} skipped" if skipped else ""
-    return 0, (f"OK: {len(measured)} rows within {_ratio():g}x the reference kernels' error and "
-               f"the proven bound{extra}")
+        return 1, (f"FAIL: {len(failed)} of {len(records)} rows fail the verdict{also} (first: "
+                   f"{_where(r)}: {first})")
+    if not records:
+        return 1, "FAIL: no row was audited"
+    within = f"within {_ratio():g}x the reference kernels' error and the proven bound"
+    if skipped:
+        r = skipped[0]
+        return 3, (f"INCOMPLETE: {len(measured)} rows {within}, {len(skipped)} of {len(records)} "
+                   f"skipped by glaref (first: {_where(r)}: {r['skipped']})")
+    return 0, f"OK: {len(measured)} rows {within}"
 
 
 def _ratio() -> float:
@@ -304,5 +370,6 @@ def plot(records: list[dict[str, Any]], path) -> None:
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8,
                frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -83,12 +83,27 @@ def _load_file(path: str):
         raise AuditUsageError(f"impl: got file {path!r}, which Python cannot load as a module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[modname] = module
+    # the file's directory first on sys.path while it loads, so that it imports its sibling
+    # modules however glaref was started (pytest does the same for test files)
+    directory = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, directory)
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         del sys.modules[modname]
-        raise AuditUsageError(f"impl: importing {path!r} failed: {type(exc).__name__}: {exc}") from None
+        raise AuditUsageError(f"impl: importing {path!r} failed: {_raised(exc)}") from None
+    finally:
+        if sys.path and sys.path[0] == directory:
+            del sys.path[0]
+        elif directory in sys.path:
+            sys.path.remove(directory)
     return module
+
+
+def _raised(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _user(spec: str, layout: str, scale: float, chunk_size: int | None,
@@ -105,15 +120,16 @@ def _user(spec: str, layout: str, scale: float, chunk_size: int | None,
     else:
         try:
             module = importlib.import_module(target)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise AuditUsageError(f"impl: could not import module {target!r}: "
-                                  f"{type(exc).__name__}: {exc}") from None
+                                  f"{_raised(exc)}") from None
     try:
         fn = getattr(module, func)
     except AttributeError:
         raise AuditUsageError(f"impl: module {target!r} has no attribute {func!r}") from None
     if not callable(fn):
-        raise AuditUsageError(f"impl: {spec!r} is a {type(fn).__name__}, expected a callable")
+        raise AuditUsageError(f"impl: {spec!r} names {fn!r:.60} (type {type(fn).__name__}), "
+                              "expected a callable")
     if _accepts(fn, "scale"):
         fn = functools.partial(fn, scale=scale)
     return Subject(spec, fn, layout, chunk_size, accumulate_dtype)
