@@ -360,7 +360,9 @@ def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str
         h0 = to_float64(h0, "h0")
         _check_shape(h0, "h0", (NS, H, dk, dv), st_spell)
     if do is not None:
-        do = to_canonical(to_float64(do, "do"), "v", layout)
+        do = to_float64(do, "do")
+        _check_ndim(do, "do", 4, v_spell)
+        do = to_canonical(do, "v", layout)
         if do.shape != (B, H, T, dv):
             raise ShapeError(f"do: got shape {back(do.shape, 'v')}, expected {back((B, H, T, dv), 'v')} {v_spell} like o")
     elif need_do:

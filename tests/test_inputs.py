@@ -415,3 +415,16 @@ def test_finite_results_raise_no_warning(p):
         warnings.simplefilter("error")
         _call_vjp(_args(p))
         _call_fwd(_args(p))
+
+
+@pytest.mark.parametrize("name", ["q", "k", "v", "log_alpha", "h0", "do", "dh_T"])
+@pytest.mark.parametrize("x", [0.5, np.zeros(3)])
+def test_wrong_ndim_in_bthd_is_a_shape_error_not_a_crash(p, name, x):
+    # found by tests/test_contract.py: a 0-d do in "bthd" reached np.swapaxes (AxisError)
+    sw = lambda a: np.swapaxes(a, 1, 2)  # noqa: E731
+    a = {n: (sw(getattr(p, n)) if n in ("q", "k", "v", "log_alpha", "do") else getattr(p, n))
+         for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")}
+    a[name] = x
+    with pytest.raises(ShapeError, match=rf"^{name}: got shape \({'' if np.ndim(x) == 0 else '3,'}\)"):
+        glaref.vjp(*(a[n] for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")), layout="bthd",
+                   impl="numpy")
