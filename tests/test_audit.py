@@ -422,7 +422,7 @@ def test_unwritable_json_paths_are_refused_before_any_work(tmp_path):
     for path, text in cases.items():
         with pytest.raises(AuditUsageError) as e:
             glaref.audit([ak.scan_kernel], TINY, [9], json_path=path, **FAST)
-        assert str(e.value).startswith(f"json_path: ") and text in str(e.value), str(e.value)
+        assert str(e.value).startswith("json_path: ") and text in str(e.value), str(e.value)
     # a missing directory is created, as for the plot
     out = tmp_path / "new" / "dir" / "r.json"
     glaref.audit([ak.scan_kernel], TINY, [9], ["fwd"], json_path=out, **FAST)
