@@ -304,3 +304,11 @@ def test_plot_checks_matplotlib_before_measuring(tmp_path):
     code, out, err = cli("--impl", kernel("scan_kernel"), *TINY, "--mode", "fwd", "--plot", str(png))
     assert code == 0, (out, err)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"plot written to {png}" in out
+
+
+def test_a_kernel_module_that_calls_sys_exit_on_import_is_reported_not_obeyed(tmp_path):
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(7)\n")
+    code, out, err = cli("--impl", f"{tmp_path / 'exits.py'}:fn", *TINY)
+    assert code == 2 and out == "", (code, out, err)
+    _one_line_error(err, "glaref audit: error: --impl: importing ")
+    assert err.rstrip().endswith("exits.py' failed: it called sys.exit(7)"), err
