@@ -19,8 +19,8 @@ value without its warning, a wrong kernel that passes, a correct one that fails)
 Families: oracle calls (shapes and ranks, dtypes and containers, NaN/inf and overflowing values,
 layouts, lenient arguments) on ``forward``, ``vjp``, ``dlog_alpha_identity`` and ``scales``;
 kernels of every wrong kind through ``check_kernel``; CLI flags through ``main``. The default
-suite draws a bounded number of examples (deterministic); ``-m slow`` draws many more.
-``test_zz_outcome_counts`` prints the outcomes by kind (``pytest -s`` shows them).
+suite draws a bounded number of examples (deterministic); ``-m slow`` draws many more. After
+the module, the cases drawn and their outcomes by kind are printed per family.
 """
 
 from __future__ import annotations
@@ -517,11 +517,14 @@ def test_cli_contract_sweep(tmp_path_factory, drawn):
 
 # ---------------------------------------------------------------- the counts
 
-def test_zz_outcome_counts(capsys):
-    """Print the outcomes by kind of the sweeps above (run last in this module)."""
-    with capsys.disabled():
+@pytest.fixture(scope="module", autouse=True)
+def outcome_counts(request):
+    """After this module: the cases drawn and their outcomes by kind, per family, on the
+    terminal (whichever of the bounded tests and the -m slow sweeps ran)."""
+    yield
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
         print()
         for family, counter in COUNTS.items():
-            total = sum(counter.values())
-            print(f"contract {family}: {total} cases: "
+            print(f"contract {family}: {sum(counter.values())} cases: "
                   + "; ".join(f"{k}: {n}" for k, n in counter.most_common()))

@@ -10,8 +10,10 @@ over the outputs measured in the row (o and, when the kernel returns it, h_T; ev
 in mode fwd_bwd), ``rel_err_out`` the forward outputs' own. Per output, ``budget_ulps`` (error in
 units of the compute dtype's u times the element's sum of |terms|) and ``budget_bound`` (what a
 correct kernel can reach) give the verdict (glaref._verdict): ``ok`` is false when an output is
-non-finite or over its bound, and ``failures`` then names each failing output with its figure.
-The CLI (``glaref audit``) is a thin face over :func:`audit`.
+non-finite or over its bound, or the kernel raised or returned the wrong structure or dtype, and
+``failures`` then names each failing output with its figure (or the reason). ``ok`` is null for
+a row glaref skipped (not enough memory for the kernel's XLA buffers or the oracle's arrays),
+the reason in ``skipped``. The CLI (``glaref audit``) is a thin face over :func:`audit`.
 
 This subpackage is itself callable (``glaref.audit(...)`` is :func:`audit`), so the name works
 the same whether Python resolved ``glaref.audit`` to the function or to this module.
