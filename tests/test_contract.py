@@ -36,9 +36,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import glaref
+import glaref.strategies as gst
 from glaref import GlarefError, NonFiniteWarning
 from glaref._budget import underflow_floor
 from glaref._inputs import Dims
+from glaref.regimes import make_inputs
 from glaref.tolerances import tol
 
 ARGS = ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")
@@ -46,9 +48,9 @@ NAMED = ARGS + ("scale", "layout", "impl", "allow_nonfinite")
 FUNCS = ("forward", "vjp", "dlog_alpha_identity", "scales")
 COUNTS: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 
-# bounded in the default suite (seconds), a wide sweep under -m slow
-DEFAULT = dict(deadline=None, derandomize=True, database=None,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+# bounded in the default suite (seconds), a wide sweep under -m slow; deadline and derandomize
+# come from the conftest profile (derandomized on CI)
+DEFAULT = dict(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                       HealthCheck.filter_too_much])
 
 
@@ -65,11 +67,16 @@ def problems(draw):
     """A drawn call: function, sizes, per-argument mutations, layout, scale, flags. Valid
     choices are drawn more often than invalid ones, so that value-level cases (overflow, NaN,
     empty sizes) are reached past the argument checks."""
-    # non-empty sizes mostly, every size 0 sometimes
-    G = draw(st.sampled_from([1, 1, 1, 2, 0]))
-    dims = dict(B=draw(st.sampled_from([1, 1, 2, 0])), G=G, H=G * draw(st.sampled_from([1, 1, 2, 3, 0])),
-                T=draw(st.sampled_from([0, 1, 2, 5, 20, 31, 32, 33, 40])),
-                dk=draw(st.sampled_from([1, 2, 3, 4, 0])), dv=draw(st.sampled_from([1, 2, 3, 4, 0])))
+    # the base problem: a regime's inputs at a drawn size (glaref.strategies), or sizes with a zero
+    if draw(st.sampled_from([True] * 3 + [False])):
+        d = draw(gst.dims(max_heads_per_group=2, max_seq=40, max_dk=4, max_dv=4))
+        base = ("regime", draw(gst.regimes()), d, draw(gst.seeds()))
+    else:
+        d = dict(B=draw(st.sampled_from([1, 2, 0])), G=draw(st.sampled_from([1, 2, 0])),
+                 T=draw(st.sampled_from([0, 1, 5, 33])), dk=draw(st.sampled_from([1, 3, 0])),
+                 dv=draw(st.sampled_from([1, 2, 0])))
+        d["H"] = d["G"] * draw(st.sampled_from([1, 2, 0]))
+        base = ("sizes", Dims(**d), None, draw(gst.seeds()))
     kind = st.sampled_from(VALUES * 3 + STRUCTURAL)
     mutations = draw(st.lists(st.tuples(st.sampled_from(ARGS), kind), max_size=3))
     scale_kind = draw(st.sampled_from(["plain"] * 10 + ["huge"] * 2 + ["bad"]))
@@ -78,8 +85,8 @@ def problems(draw):
                   "bad": st.sampled_from(["0.5", True, 1 + 2j, 10**400, float("nan"), float("inf"),
                                           np.ones(2), np.float32(0.25), np.array(2.0), None])}[scale_kind])
     return dict(
-        func=draw(st.sampled_from(FUNCS)), dims=dims, mutations=mutations,
-        seed=draw(st.integers(0, 2**16)), exponent=draw(st.integers(150, 308)),
+        func=draw(st.sampled_from(FUNCS)), base=base, mutations=mutations,
+        exponent=draw(st.integers(150, 308)),
         grow=draw(st.floats(1.0, 800.0)),
         layout=draw(st.sampled_from(["bhtd"] * 8 + ["bthd"] * 8 + ["swapped", "tbhd", 3])),
         scale=scale,
@@ -91,11 +98,16 @@ def problems(draw):
     )
 
 
-def _canonical(d, rng):
-    B, G, H, T, dk, dv = (d[n] for n in ("B", "G", "H", "T", "dk", "dv"))
-    s = 1 / np.sqrt(max(dk, 1))
-    return {"q": s * rng.standard_normal((B, G, T, dk)), "k": s * rng.standard_normal((B, G, T, dk)),
-            "v": rng.standard_normal((B, H, T, dv)), "log_alpha": -rng.random((B, H, T)) * 2,
+def _canonical(base):
+    """The base problem's canonical float64 arrays (do and dh_T included)."""
+    kind, a, b, seed = base
+    if kind == "regime":
+        p = make_inputs(a, b, seed)
+        return {n: getattr(p, n) for n in ARGS}
+    B, G, H, T, dk, dv = a.B, a.G, a.H, a.T, a.dk, a.dv
+    rng = np.random.default_rng(seed)
+    return {"q": rng.standard_normal((B, G, T, dk)), "k": rng.standard_normal((B, G, T, dk)),
+            "v": rng.standard_normal((B, H, T, dv)), "log_alpha": -rng.random((B, H, T)),
             "h0": rng.standard_normal((B, H, dk, dv)), "do": rng.standard_normal((B, H, T, dv)),
             "dh_T": rng.standard_normal((B, H, dk, dv))}
 
@@ -169,8 +181,8 @@ def _mutated(a, kind, name, spec, rng):
 
 
 def _build(spec):
-    rng = np.random.default_rng(spec["seed"])
-    can = _canonical(spec["dims"], rng)
+    rng = np.random.default_rng(spec["base"][3])
+    can = _canonical(spec["base"])
     layout = spec["layout"]
     arrays_in = "bthd" if layout in ("bthd", "swapped") else "bhtd"
     passed = {"swapped": "bhtd"}.get(layout, layout)
@@ -185,6 +197,14 @@ def _build(spec):
         args["dh_T"] = None
     blow = spec["blowup"]
     big = 10.0 ** spec["exponent"]
+    with np.errstate(over="ignore"):
+        _blow_up(args, blow, big, spec)
+    for name, kind in spec["mutations"]:
+        args[name] = _mutated(args[name], kind, name, spec, rng)
+    return args, passed
+
+
+def _blow_up(args, blow, big, spec):
     if blow == "gates":
         args["log_alpha"] = np.full_like(args["log_alpha"], 60.0 + spec["grow"])
     elif blow == "kv":
@@ -192,9 +212,6 @@ def _build(spec):
     elif blow == "cotangents":
         args["do"] = args["do"] * big
         args["dh_T"] = None if args["dh_T"] is None else args["dh_T"] * big
-    for name, kind in spec["mutations"]:
-        args[name] = _mutated(args[name], kind, name, spec, rng)
-    return args, passed
 
 
 def _call(func, args, impl, layout, scale, allow_nonfinite):
@@ -287,7 +304,7 @@ def _oracle_case(spec) -> str:
     args, layout = _build(spec)
     impls = ("numba", "numpy") if spec["impl"] == "both" else (spec["impl"],)
     if spec["blowup"] == "scale":
-        spec = {**spec, "scale": 1e308 * (-1) ** spec["seed"]}
+        spec = {**spec, "scale": 1e308 * (-1) ** spec["base"][3]}
     kinds, results = [], {}
     for impl in impls:
         kind, payload = _contract(lambda: _call(spec["func"], args, impl, layout, spec["scale"],
