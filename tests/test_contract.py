@@ -44,7 +44,7 @@ from glaref.regimes import make_inputs
 from glaref.tolerances import tol
 
 ARGS = ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")
-NAMED = ARGS + ("scale", "layout", "impl", "allow_nonfinite")
+NAMED = ARGS + ("scale", "layout", "impl", "allow_nonfinite", "cu_seqlens")
 FUNCS = ("forward", "vjp", "dlog_alpha_identity", "scales")
 COUNTS: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 
@@ -70,13 +70,17 @@ def problems(draw):
     # the base problem: a regime's inputs at a drawn size (glaref.strategies), or sizes with a zero
     if draw(st.sampled_from([True] * 3 + [False])):
         d = draw(gst.dims(max_heads_per_group=2, max_seq=40, max_dk=4, max_dv=4))
-        base = ("regime", draw(gst.regimes()), d, draw(gst.seeds()))
+        # packed sequences (B = 1, N sequences with cu_seqlens) now and then
+        packed = draw(st.sampled_from([None] * 3 + [1, 3]))
+        if packed:
+            d = Dims(1, d.G, d.H, d.T, d.dk, d.dv)
+        base = ("regime", draw(gst.regimes()), d, draw(gst.seeds()), packed)
     else:
         d = dict(B=draw(st.sampled_from([1, 2, 0])), G=draw(st.sampled_from([1, 2, 0])),
                  T=draw(st.sampled_from([0, 1, 5, 33])), dk=draw(st.sampled_from([1, 3, 0])),
                  dv=draw(st.sampled_from([1, 2, 0])))
         d["H"] = d["G"] * draw(st.sampled_from([1, 2, 0]))
-        base = ("sizes", Dims(**d), None, draw(gst.seeds()))
+        base = ("sizes", Dims(**d), None, draw(gst.seeds()), None)
     kind = st.sampled_from(VALUES * 3 + STRUCTURAL)
     mutations = draw(st.lists(st.tuples(st.sampled_from(ARGS), kind), max_size=3))
     scale_kind = draw(st.sampled_from(["plain"] * 10 + ["huge"] * 2 + ["bad"]))
@@ -86,6 +90,8 @@ def problems(draw):
                                           np.ones(2), np.float32(0.25), np.array(2.0), None])}[scale_kind])
     return dict(
         func=draw(st.sampled_from(FUNCS)), base=base, mutations=mutations,
+        gate=draw(st.sampled_from(["scalar"] * 3 + ["vector"])),
+        bad_seqlens=draw(st.sampled_from([None] * 6 + ["reversed", "float", "short", "shifted"])),
         exponent=draw(st.integers(150, 308)),
         grow=draw(st.floats(1.0, 800.0)),
         layout=draw(st.sampled_from(["bhtd"] * 8 + ["bthd"] * 8 + ["swapped", "tbhd", 3])),
@@ -98,18 +104,20 @@ def problems(draw):
     )
 
 
-def _canonical(base):
-    """The base problem's canonical float64 arrays (do and dh_T included)."""
-    kind, a, b, seed = base
+def _canonical(base, gate):
+    """The base problem's canonical float64 arrays (do and dh_T included) and its cu_seqlens."""
+    kind, a, b, seed, packed = base
     if kind == "regime":
-        p = make_inputs(a, b, seed)
-        return {n: getattr(p, n) for n in ARGS}
+        cu = glaref.regimes.random_cu_seqlens(b.T, packed, seed) if packed else None
+        p = make_inputs(a, b, seed, gate=gate, cu_seqlens=cu)
+        return {n: getattr(p, n) for n in ARGS}, p.cu_seqlens
     B, G, H, T, dk, dv = a.B, a.G, a.H, a.T, a.dk, a.dv
     rng = np.random.default_rng(seed)
+    gates = (B, H, T, dk) if gate == "vector" else (B, H, T)
     return {"q": rng.standard_normal((B, G, T, dk)), "k": rng.standard_normal((B, G, T, dk)),
-            "v": rng.standard_normal((B, H, T, dv)), "log_alpha": -rng.random((B, H, T)),
+            "v": rng.standard_normal((B, H, T, dv)), "log_alpha": -rng.random(gates),
             "h0": rng.standard_normal((B, H, dk, dv)), "do": rng.standard_normal((B, H, T, dv)),
-            "dh_T": rng.standard_normal((B, H, dk, dv))}
+            "dh_T": rng.standard_normal((B, H, dk, dv))}, None
 
 
 _KIND = {"q": "qk", "k": "qk", "v": "v", "do": "v", "log_alpha": "gate", "h0": "state", "dh_T": "state"}
@@ -182,7 +190,10 @@ def _mutated(a, kind, name, spec, rng):
 
 def _build(spec):
     rng = np.random.default_rng(spec["base"][3])
-    can = _canonical(spec["base"])
+    can, cu = _canonical(spec["base"], spec["gate"])
+    if cu is not None and spec["bad_seqlens"]:
+        cu = {"reversed": cu[::-1], "float": cu.astype(float), "short": cu[:-1],
+              "shifted": cu + 1}[spec["bad_seqlens"]]
     layout = spec["layout"]
     arrays_in = "bthd" if layout in ("bthd", "swapped") else "bhtd"
     passed = {"swapped": "bhtd"}.get(layout, layout)
@@ -201,7 +212,7 @@ def _build(spec):
         _blow_up(args, blow, big, spec)
     for name, kind in spec["mutations"]:
         args[name] = _mutated(args[name], kind, name, spec, rng)
-    return args, passed
+    return args, passed, cu
 
 
 def _blow_up(args, blow, big, spec):
@@ -214,8 +225,9 @@ def _blow_up(args, blow, big, spec):
         args["dh_T"] = None if args["dh_T"] is None else args["dh_T"] * big
 
 
-def _call(func, args, impl, layout, scale, allow_nonfinite):
-    kw = dict(scale=scale, layout=layout, impl=impl, allow_nonfinite=allow_nonfinite)
+def _call(func, args, impl, layout, scale, allow_nonfinite, cu):
+    kw = dict(scale=scale, layout=layout, impl=impl, allow_nonfinite=allow_nonfinite,
+              cu_seqlens=cu)
     a = args
     if func == "forward":
         return glaref.forward(a["q"], a["k"], a["v"], a["log_alpha"], a["h0"], **kw)
@@ -267,15 +279,15 @@ def _check_result(func, out, caught) -> tuple[str, dict[str, np.ndarray]]:
     return "finite result, checked", arrays
 
 
-def _dims_of(args, layout) -> Dims:
+def _dims_of(args, layout, cu) -> Dims:
     """Sizes of the problem a call accepted."""
     from glaref import _inputs
     a = args
     return _inputs.canonicalize(a["q"], a["k"], a["v"], a["log_alpha"], a["h0"], layout=layout,
-                                allow_nonfinite=True).dims
+                                allow_nonfinite=True, cu_seqlens=cu).dims
 
 
-def _agree(func, got, ref, args, layout, scale):
+def _agree(func, got, ref, args, layout, scale, cu):
     """The Numba results against the NumPy reference, element by element in units of the term
     scale (plus the underflow floor), where both are finite."""
     with warnings.catch_warnings():
@@ -284,8 +296,9 @@ def _agree(func, got, ref, args, layout, scale):
         do = a["do"] if func != "forward" else None
         dh_T = a["dh_T"] if func != "forward" else None
         sc = glaref.scales(a["q"], a["k"], a["v"], a["log_alpha"], a["h0"], do, dh_T, scale=scale,
-                           layout=layout, impl="numpy", allow_nonfinite=True)._asdict()
-    dims = _dims_of(args, layout)
+                           layout=layout, impl="numpy", allow_nonfinite=True,
+                           cu_seqlens=cu)._asdict()
+    dims = _dims_of(args, layout, cu)
     t = tol("trust_multichunk")
     for name, x in got.items():
         r = ref[name]
@@ -301,14 +314,14 @@ def _agree(func, got, ref, args, layout, scale):
 
 
 def _oracle_case(spec) -> str:
-    args, layout = _build(spec)
+    args, layout, cu = _build(spec)
     impls = ("numba", "numpy") if spec["impl"] == "both" else (spec["impl"],)
     if spec["blowup"] == "scale":
         spec = {**spec, "scale": 1e308 * (-1) ** spec["base"][3]}
     kinds, results = [], {}
     for impl in impls:
         kind, payload = _contract(lambda: _call(spec["func"], args, impl, layout, spec["scale"],
-                                                spec["allow_nonfinite"]))
+                                                spec["allow_nonfinite"], cu))
         if payload is not None:
             kind, results[impl] = _check_result(spec["func"], *payload)
         kinds.append(kind)
@@ -319,11 +332,11 @@ def _oracle_case(spec) -> str:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NonFiniteWarning)
             again = _outputs(spec["func"], _call(spec["func"], args, "numba", layout, spec["scale"],
-                                                 spec["allow_nonfinite"]))
+                                                 spec["allow_nonfinite"], cu))
         for name, x in results["numba"].items():
             assert np.array_equal(x, again[name], equal_nan=True), f"numba {name} changed between calls"
     if len(results) == 2:
-        _agree(spec["func"], results["numba"], results["numpy"], args, layout, spec["scale"])
+        _agree(spec["func"], results["numba"], results["numpy"], args, layout, spec["scale"], cu)
     # one kind per case: both implementations' outcomes when they differ (e.g. one overflows on
     # the way to a value the other reaches)
     return " | ".join(sorted(set(kinds)))
