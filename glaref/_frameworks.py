@@ -30,7 +30,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ._errors import DTypeError
-from ._inputs import _KIND, Problem, check_layout, from_canonical, to_canonical, to_float64
+from ._inputs import (_KIND, Problem, check_layout, from_canonical, output_problem, to_canonical,
+                      to_float64)
 
 FRAMEWORKS = ("torch", "numpy", "jax")
 DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -205,11 +206,12 @@ def _structure(out: Any, p: Problem, layout: str) -> tuple[list, bool, str | Non
         arrays, final = list(out), True
     else:
         arrays, final = [out], False
+    if out is None:
+        return [], False, "kernel returned None, expected o or (o, h_T)"
     for name, x, shape in zip(OUTPUTS, arrays, (o_shape, hT_shape)):
-        got = getattr(x, "shape", None)
-        if got is None or tuple(got) != shape:
-            what = type(x).__name__ if got is None else tuple(got)
-            return arrays, final, f"{name}: got shape {what}, expected {shape} ({layout})"
+        problem = output_problem(name, x, shape, layout if name == "o" else None)
+        if problem is not None:
+            return arrays, final, problem
     return arrays, final, None
 
 

@@ -245,6 +245,20 @@ def is_real_float(dtype: Any) -> bool:
     return dt.kind == "f" or dt.name in _EXTRA_FLOAT_NAMES
 
 
+def output_problem(name: str, x: Any, shape: tuple[int, ...], layout: str | None = None) -> str | None:
+    """Why a kernel's output ``name`` (an array of any framework, or jax.eval_shape's leaf) is not
+    a real floating array of ``shape``, or None: the one check of what kernels return."""
+    where = f" ({layout})" if layout else ""
+    if x is None or not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        return f"{name}: got {type(x).__name__}, expected an array of shape {shape}{where}"
+    if tuple(x.shape) != tuple(shape):
+        return f"{name}: got shape {tuple(x.shape)}, expected {tuple(shape)}{where}"
+    if not is_real_float(x.dtype):
+        return (f"{name}: got dtype {x.dtype}, expected a real floating dtype (float16, bfloat16, "
+                "float32 or float64)")
+    return None
+
+
 def _check_ndim(a: np.ndarray, name: str, ndim: int, expected: str) -> None:
     if a.ndim != ndim:
         raise ShapeError(f"{name}: got shape {a.shape} ({a.ndim} dims), expected {ndim} dims {expected}")

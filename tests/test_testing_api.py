@@ -222,3 +222,38 @@ def test_a_bad_argument_or_option_reports_one_line_not_the_engines_source(pytest
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--glaref-dtype=int8")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--glaref-dtype: got 'int8', expected one of" in result.stderr.str()
+
+
+def _numpy_kernel(kind):
+    """A NumPy kernel (run through glaref._frameworks) of the given wrong kind."""
+    import numpy as np
+
+    from glaref import _reference
+
+    def kernel(q, k, v, log_alpha, h0):
+        o = _reference.forward(*(np.asarray(x, np.float64) for x in (q, k, v, log_alpha, h0)))[0]
+        if kind == "complex":
+            return o + 1e3j
+        if kind == "int32":
+            return o.astype(np.int32)
+        if kind == "none":
+            return None
+        import sys
+        sys.exit(7)
+
+    kernel.__name__ = f"numpy_{kind}"
+    return kernel
+
+
+@pytest.mark.parametrize("kind, why", [
+    ("complex", "o: got dtype complex128, expected a real floating dtype"),
+    ("int32", "o: got dtype int32, expected a real floating dtype"),
+    ("none", "kernel returned None, expected o or (o, h_T)"),
+    ("exit", "SystemExit: 7"),
+])
+def test_numpy_kernels_of_a_wrong_kind_fail_the_same_way(kind, why):
+    # the torch/NumPy path (glaref._frameworks) checks outputs with the same function as the
+    # JAX path: a failed row naming the problem, never a DTypeError or an exit out of check_kernel
+    with pytest.raises(AssertionError) as info:
+        check_kernel(_numpy_kernel(kind), framework="numpy", seqs=[5], modes=["fwd"], chunk_size=1)
+    assert f"T=5 regime standard: not measured: {why}" in str(info.value), str(info.value)

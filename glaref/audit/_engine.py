@@ -36,7 +36,8 @@ import numpy as np
 
 from .. import _budget, _judge, _metrics, _problems
 from .._errors import GlarefError, NonFiniteError
-from .._inputs import Dims, Problem, check_layout, check_scale, from_canonical, is_real_float, to_canonical
+from .._inputs import Dims, Problem, check_layout, check_scale, from_canonical, to_canonical
+from .._inputs import output_problem as _output_problem
 from ._errors import AuditUsageError
 from ._presets import BUILTIN_IMPLS, MODES, PRESETS, check_config, config_name, parse_config
 from ._subjects import Subject, resolve
@@ -202,20 +203,6 @@ def _shape_in(layout: str, kind: str, canonical: tuple[int, ...]) -> tuple[int, 
     s = list(canonical)
     s[1], s[2] = s[2], s[1]
     return tuple(s)
-
-
-def _output_problem(name: str, x, shape: tuple[int, ...], layout: str | None) -> str | None:
-    """Why one kernel output (a jax.eval_shape leaf or an array) is not a real float array of
-    ``shape``, or None."""
-    where = f" ({layout})" if layout else ""
-    if x is None or not hasattr(x, "shape") or not hasattr(x, "dtype"):
-        return f"{name}: got {type(x).__name__}, expected an array of shape {shape}{where}"
-    if tuple(x.shape) != shape:
-        return f"{name}: got shape {tuple(x.shape)}, expected {shape}{where}"
-    if not is_real_float(x.dtype):
-        return (f"{name}: got dtype {x.dtype}, expected a real floating dtype (float16, bfloat16, "
-                "float32 or float64)")
-    return None
 
 
 def _kernel_structure(out, dims: Dims, layout: str) -> tuple[bool, str | None]:
