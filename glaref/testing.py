@@ -52,7 +52,7 @@ def _describe(rec: dict[str, Any]) -> str:
              f"(B={rec['batch']} G={rec['groups']} H={rec['heads']} dk={rec['dk']} dv={rec['dv']}) "
              f"T={rec['seq']} regime {rec.get('regime')}")
     if "skipped" in rec:
-        return f"{where}: not measured: {rec['skipped']}"
+        return f"{where}: kernel not measured: {rec['skipped']}"
     only = f" (forward only: {rec['forward_only']})" if rec.get("forward_only") else ""
     lines = [f"{where}: {rec.get('verdict')}{only}"]
     rel = {**(rec.get("rel_err_out") or {}), **(rec.get("rel_err_grads") or {})}

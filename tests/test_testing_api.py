@@ -80,7 +80,7 @@ def test_a_kernel_that_raises_is_a_failure_naming_the_exception():
         check_kernel(raises, seqs=[5])
     msg = str(info.value)
     assert "on 1 of 1 rows" in msg
-    assert "T=5 regime standard: not measured: kernel raised RuntimeError: deliberately broken" in msg, msg
+    assert "T=5 regime standard: kernel not measured: RuntimeError: deliberately broken" in msg, msg
 
 
 def test_bad_arguments_are_usage_errors_not_assertion_failures():
@@ -156,7 +156,7 @@ def test_outputs_of_a_wrong_dtype_fail_naming_the_dtype(kernel, dtype):
     with pytest.raises(AssertionError) as info:
         check_kernel(kernel, seqs=[5], modes=["fwd"])
     msg = str(info.value)
-    assert f"not measured: o: got dtype {dtype}, expected a real floating dtype" in msg, msg
+    assert f"kernel not measured: o: got dtype {dtype}, expected a real floating dtype" in msg, msg
     assert "budget_ulps" not in msg.split(":\n", 1)[1]          # no accuracy figures for it
 
 
@@ -175,8 +175,11 @@ def test_zero_rows_and_truncated_lengths_are_usage_errors(kwargs, text):
 
 
 def test_a_kernel_calling_sys_exit_fails_instead_of_exiting(tmp_path):
-    with pytest.raises(AssertionError, match=r"not measured: kernel raised SystemExit \(sys.exit\(7\)\)"):
-        check_kernel(ak.exiting_kernel, seqs=[5], modes=["fwd"])
+    # as a JAX kernel (the audit engine) and as a NumPy one (glaref._frameworks)
+    with pytest.raises(AssertionError, match=r"kernel not measured: kernel raised SystemExit \(sys.exit\(7\)\)"):
+        check_kernel(ak.exiting_kernel, "jax", seqs=[5], modes=["fwd"])
+    with pytest.raises(AssertionError, match=r"kernel not measured: SystemExit: 7"):
+        check_kernel(ak.exiting_kernel, "numpy", seqs=[5], modes=["fwd"])
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(7)\n")
     from glaref.audit import AuditUsageError
     with pytest.raises(AuditUsageError, match=r"failed: it called sys.exit\(7\)$"):
@@ -256,4 +259,4 @@ def test_numpy_kernels_of_a_wrong_kind_fail_the_same_way(kind, why):
     # JAX path: a failed row naming the problem, never a DTypeError or an exit out of check_kernel
     with pytest.raises(AssertionError) as info:
         check_kernel(_numpy_kernel(kind), framework="numpy", seqs=[5], modes=["fwd"], chunk_size=1)
-    assert f"T=5 regime standard: not measured: {why}" in str(info.value), str(info.value)
+    assert f"T=5 regime standard: kernel not measured: {why}" in str(info.value), str(info.value)
