@@ -21,6 +21,15 @@ audit, glaref's own JAX kernels included.
                             + <S_{n+1}, dS_{n+1}>,
              which cancels heavily under strong decay (docs/math.md, section 4).
 
+Vector gates (log_alpha (B, H, T, dk), docs/math.md section 9): the scan decays row i of the
+state by alpha_t[i] (S_t = diag(alpha_t) S_{t-1} + k_t^T v_t) and takes dlog_alpha_t[i] =
+alpha_t[i] <S_{t-1}[i, :], G_t[i, :]> row by row (direct form); the chunked kernel forms the
+per-dimension decays exp(b_i[m] - b_j[m]) as segment sums like the scalar one, its intra-chunk
+scores A[i, j] = sum_m q_i[m] k_j[m] exp(b_i[m] - b_j[m]) as one product per query with the
+decayed keys (accumulated in the working dtype like any matrix product), and dlog_alpha by the
+chunk-local identity per key dimension with its tail term (``_chunked_vector``). Packed sequences
+(``cu_seqlens``): every sequence runs on its own, exactly as an unpacked call (``run``).
+
 Arithmetic. ``arith`` is the dtype every operation is carried out in (float32 for float32, tf32,
 bfloat16 and float16 kernels that accumulate in float32; float64 for float64 kernels).
 ``operand`` names the format every matrix-product operand is rounded to first (round to nearest
@@ -38,6 +47,7 @@ they computed. Nothing here is an oracle: these kernels *make* rounding errors o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -162,10 +172,104 @@ def _chunked(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK)
     return o, h_T, dq, dk, dvv, dla, dS
 
 
+def _chunked_vector(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK):
+    """The chunked kernel for vector gates, la (B, H, T, dk): one decay per key dimension.
+
+    The decay differs per term of q_i . k_j, so the intra-chunk scores are no masked Q K^T:
+    with b_i[m] the cumulative log decay of dimension m from the chunk's start to step i,
+    A[i, j] = sum_m q_i[m] k_j[m] exp(b_i[m] - b_j[m]) is, for each query i, the product of q_i
+    with the decayed keys KD[i, j] = k_j o exp(b_i - b_j) (a matrix product per query, operands
+    rounded and accumulated like any other). The gradients use the same decayed keys and the
+    decayed queries QD[j, i] = q_i o exp(b_i - b_j):
+
+        dq_i = sum_j dOV[i, j] KD[i, j] + exp(b_i) o (dO_i S^T)        dOV[i, j] = dO_i . v_j
+        dk_j = sum_i dOV[i, j] QD[j, i] + exp(b_last - b_j) o (v_j dS^T)
+        dlog_alpha_t = sum_{t <= s < end} (q_s o dq_s - k_s o dk_s) + rowsum(S_next o dS)
+
+    (the chunk-local identity per key dimension, docs/math.md section 9.3), its in-chunk parts
+    from the same products M[i, j] = dOV[i, j] q_i o KD[i, j] so that they cancel term by term.
+    Every exponent is a segment sum accumulated in the working dtype, as in :func:`_chunked`.
+    Memory: (B, H, C, C, dk) per chunk."""
+    B, H, T, dk = q.shape
+    dt = q.dtype
+    st = lambda x: round_to(x, storage)          # noqa: E731
+    mm = lambda a, b: _mm(a, b, operand, storage)  # noqa: E731
+    sw = lambda x: np.swapaxes(x, -1, -2)        # noqa: E731
+    N = max(1, -(-T // C))
+    bounds = [(n * C, min(T, (n + 1) * C)) for n in range(N)]
+
+    def decays(t0, t1):
+        # per key dimension, as in _chunked: every exponent a segment sum accumulated in the
+        # working dtype as a product with a 0/1 matrix. exp(b_i - b_j) (B, H, L_i, L_j, dk), zero
+        # for j > i; exp(b_i), exp(b_last - b_j) (B, H, L, dk) and exp(b_last) (B, H, dk)
+        lt = np.moveaxis(la[:, :, t0:t1], 3, 2)                          # (B, H, dk, L)
+        L = t1 - t0
+        i = np.arange(L)
+        seg_m = ((i[None, None, :] < i[:, None, None]) & (i[:, None, None] <= i[None, :, None]))
+        seg = (lt @ seg_m.reshape(L, L * L).astype(dt)).reshape(lt.shape + (L,))    # [m, i, j]
+        mask = i[:, None] >= i[None, :]
+        D = np.moveaxis(np.where(mask, np.exp(np.where(mask, seg, 0)), 0).astype(dt), 2, 4)
+        eb = np.moveaxis(np.exp(lt @ (i[:, None] <= i[None, :]).astype(dt)), 2, 3)
+        eb_rest = np.moveaxis(np.exp(lt @ (i[:, None] > i[None, :]).astype(dt)), 2, 3)
+        return D, eb, eb_rest, eb[:, :, -1]
+
+    def scores(Q, KD):
+        # A[i, j] = q_i . KD[i, j]: one (1 x dk) (dk x L) product per query
+        return mm(Q[:, :, :, None, :], sw(KD))[:, :, :, 0, :]
+
+    o = np.empty(v.shape, dt)
+    S = h0.copy()
+    states = [S]                                                      # state before each chunk
+    for t0, t1 in bounds:
+        D, eb, eb_rest, eb_last = decays(t0, t1)
+        Q, K, V = q[:, :, t0:t1], k[:, :, t0:t1], v[:, :, t0:t1]
+        A = st(scores(Q, st(D * K[:, :, None])))
+        o[:, :, t0:t1] = st(scale * st(mm(st(Q * eb), S) + mm(A, V)))
+        S = st(_fma(eb_last[..., None], S, mm(sw(st(K * eb_rest)), V)))
+        states.append(S)
+    h_T = S
+    if not grads:
+        return o, h_T
+    dq = np.empty_like(q)
+    dk_ = np.empty_like(k)
+    dvv = np.empty_like(v)
+    dla = np.empty_like(la)
+    dS = np.zeros_like(h_T) if dh_T is None else dh_T.copy()
+    for n in reversed(range(N)):
+        t0, t1 = bounds[n]
+        S, S_next = states[n], states[n + 1]
+        D, eb, eb_rest, eb_last = decays(t0, t1)
+        Q, K, V = q[:, :, t0:t1], k[:, :, t0:t1], v[:, :, t0:t1]
+        dO = st(do[:, :, t0:t1] * scale)
+        KD = st(D * K[:, :, None])                                     # KD[i, j] = k_j o e^{b_i - b_j}
+        QD = st(np.swapaxes(D, 2, 3) * Q[:, :, None])                  # QD[j, i] = q_i o e^{b_i - b_j}
+        A = st(scores(Q, KD))
+        dOV = st(mm(dO, sw(V)))                                        # dO_i . v_j (KD, QD mask it)
+        dq_in = st(eb * mm(dO, sw(S)))                                 # from the entering state
+        dk_in = st(eb_rest * mm(V, sw(dS)))                            # from the leaving cotangent
+        dq_c = st(mm(dOV[:, :, :, None, :], KD)[:, :, :, 0, :] + dq_in)
+        dk_c = st(mm(sw(dOV)[:, :, :, None, :], QD)[:, :, :, 0, :] + dk_in)
+        dv_c = st(mm(st(K * eb_rest), dS) + mm(sw(A), dO))
+        # q_s o dq_s - k_s o dk_s: the in-chunk parts from the same products
+        # M[i, j] = dOV[i, j] q_i o KD[i, j] (q_i o dq_i^intra = sum_j M[i, j],
+        # k_j o dk_j^intra = sum_i M[i, j]), so that they cancel term by term
+        M = st(st(dOV[..., None] * KD) * Q[:, :, :, None, :])
+        w = st(np.sum(M, axis=3) - np.sum(M, axis=2) + Q * dq_in - K * dk_in)
+        tail = st(np.sum(S_next * dS, axis=-1))                       # (B, H, dk)
+        # sum_{t <= s < end} w_s as a product with the 0/1 matrix [t <= s]
+        suffix = np.triu(np.ones((t1 - t0, t1 - t0), dt))
+        dla[:, :, t0:t1] = st(st(suffix @ w) + tail[:, :, None, :])
+        dq[:, :, t0:t1], dk_[:, :, t0:t1], dvv[:, :, t0:t1] = dq_c, dk_c, dv_c
+        dS = st(_fma(eb_last[..., None], dS, mm(sw(st(Q * eb)), dO)))
+    return o, h_T, dq, dk_, dvv, dla, dS
+
+
 # ------------------------------------------------------------------------------------ scan
 
 def _scan(qh, kh, v, la, h0, do, dh_T, scale, operand, storage, grads):
-    from ._baseline_scan import forward as fwd, vjp
+    from ._baseline_scan import KERNELS
+
+    fwd, vjp = KERNELS["vector" if la.ndim == 4 else "scalar"]
     mo, ms = _MODE[operand], _MODE[storage]
     if qh.dtype != np.float32:
         mo = ms = 0
@@ -185,7 +289,12 @@ def run(kernel: str, p, scale: float, *, arith: str = "float32", operand: str | 
     """Run the same-precision reference kernel ``kernel`` ("scan" or "chunked", the latter with
     chunks of ``chunk`` steps) on canonical problem ``p`` (``_inputs.Problem``; with ``grads`` its
     ``do`` is required and ``dh_T=None`` means zero). Returns float64 arrays under glaref's output names: o, h_T and, with ``grads``,
-    q, k, v, log_alpha, h0 (dq, dk summed over each group's heads, in head order)."""
+    q, k, v, log_alpha, h0 (dq, dk summed over each group's heads, in head order).
+
+    Vector gates (log_alpha (B, H, T, dk)) run the kernels' per-dimension forms
+    (``_chunked_vector``, the scan's ``*_vector``). Packed sequences (``p.cu_seqlens``, B = 1) run
+    every sequence on its own, from h0[n] to h_T[n], and concatenate the results in time (states
+    stacked): packed equals one by one, to the last bit; empty sequences give h_T[n] = h0[n]."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel: got {kernel!r}, expected one of {KERNELS}")
     if arith not in ("float32", "float64"):
@@ -193,6 +302,9 @@ def run(kernel: str, p, scale: float, *, arith: str = "float32", operand: str | 
     for name, fmt in (("operand", operand), ("storage", storage)):
         if fmt is not None and fmt not in ROUNDINGS:
             raise ValueError(f"{name}: got {fmt!r}, expected None or one of {ROUNDINGS}")
+    if p.cu_seqlens is not None:
+        return _run_packed(kernel, p, scale, arith=arith, operand=operand, storage=storage,
+                           grads=grads, chunk=chunk)
     dt = np.dtype(arith)
     B, G, T, dk = p.q.shape
     H = p.v.shape[1]
@@ -202,7 +314,10 @@ def run(kernel: str, p, scale: float, *, arith: str = "float32", operand: str | 
     v, la, h0, do, dh_T = c(p.v), c(p.log_alpha), c(p.h0), c(p.do), c(p.dh_T)
     if grads and do is None:
         raise ValueError("do: got None, expected the cotangent of o (grads=True)")
-    impl = _scan if kernel == "scan" else functools.partial(_chunked, C=chunk)
+    if la.ndim == 4:                                # vector gates
+        impl = _scan if kernel == "scan" else functools.partial(_chunked_vector, C=chunk)
+    else:
+        impl = _scan if kernel == "scan" else functools.partial(_chunked, C=chunk)
     if qh.size == 0 or v.size == 0:                 # T, B or H of zero: nothing to accumulate
         z = np.zeros
         res = (z(v.shape, dt), h0.copy(), z(qh.shape, dt), z(kh.shape, dt), z(v.shape, dt),
@@ -218,3 +333,29 @@ def run(kernel: str, p, scale: float, *, arith: str = "float32", operand: str | 
         gsum = lambda x: round_to(x.reshape(B, G, H // G, T, dk).sum(axis=2, dtype=dt), storage)  # noqa: E731
         out.update(q=gsum(dq), k=gsum(dk_), v=dv, log_alpha=dla, h0=dh0)
     return {n: np.asarray(x, dtype=np.float64) for n, x in out.items()}
+
+
+def _run_packed(kernel: str, p, scale: float, *, grads: bool, **arith) -> dict[str, np.ndarray]:
+    """:func:`run` on packed sequences: each sequence [c_n, c_{n+1}) of row 0 on its own."""
+    cu = [int(c) for c in p.cu_seqlens]
+    B, G, T, dk = p.q.shape
+    H, dv = p.v.shape[1], p.v.shape[3]
+    NS = len(cu) - 1
+    out = {"o": np.zeros((B, H, T, dv)), "h_T": np.zeros((NS, H, dk, dv))}
+    if grads:
+        out.update(q=np.zeros(p.q.shape), k=np.zeros(p.k.shape), v=np.zeros(p.v.shape),
+                   log_alpha=np.zeros(p.log_alpha.shape), h0=np.zeros((NS, H, dk, dv)))
+    time_axis = {"o", "q", "k", "v", "log_alpha"}
+    for n, (t0, t1) in enumerate(zip(cu[:-1], cu[1:])):
+        ts = slice(t0, t1)
+        cut = lambda x: None if x is None else x[:, :, ts]            # noqa: E731
+        one = lambda x: None if x is None else x[n:n + 1]             # noqa: E731
+        sub = p._replace(q=cut(p.q), k=cut(p.k), v=cut(p.v), log_alpha=cut(p.log_alpha),
+                         h0=one(p.h0), do=cut(p.do), dh_T=one(p.dh_T),
+                         dims=dataclasses.replace(p.dims, B=1, T=t1 - t0), cu_seqlens=None)
+        for name, x in run(kernel, sub, scale, grads=grads, **arith).items():
+            if name in time_axis:
+                out[name][:, :, ts] = x
+            else:
+                out[name][n:n + 1] = x
+    return out

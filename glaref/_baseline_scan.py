@@ -2,7 +2,8 @@
 
 Kept in its own module so that ``glaref._baseline`` imports Numba only when the scan is first
 run, and with every function at module level so that Numba's on-disk cache (``cache=True``)
-serves later processes. See ``glaref._baseline`` for what the kernel computes and why.
+serves later processes. See ``glaref._baseline`` for what the kernel computes and why; vector
+gates have their own ``step_vector``, ``forward_vector`` and ``vjp_vector`` (``KERNELS``).
 Determinism: ``prange`` over independent (batch, head) pairs only; fastmath off.
 """
 
@@ -34,8 +35,12 @@ def rnd(x, mode):  # pragma: no cover - compiled
 
 
 @njit(**jit)
-def step(S, a, kt, vt, mode_s):  # pragma: no cover - compiled
-    """S <- alpha S + k^T v (one rounding per element in the working dtype)."""
+def step(S, a, kt, vt, mode_o, mode_s):  # pragma: no cover - compiled
+    """S <- alpha S + k^T v (one rounding per element in the working dtype; the outer product's
+    operands rounded to ``mode_o`` like every other matrix product's)."""
+    if mode_o != 0:
+        kt = rnd(kt.copy(), mode_o)
+        vt = rnd(vt.copy(), mode_o)
     for i in range(S.shape[0]):
         ki = kt[i]
         for j in range(S.shape[1]):
@@ -111,7 +116,7 @@ def forward(qh, kh, v, la, h0, scale, mode_o, mode_s):  # pragma: no cover - com
         S = h0[b, h].copy()
         out = np.empty(dv, qh.dtype)
         for t in range(T):
-            step(S, np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_s)
+            step(S, np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_o, mode_s)
             vecmat(qh[b, h, t], S, out, mode_o, mode_s)
             for j in range(dv):
                 o[b, h, t, j] = scale * out[j]
@@ -139,7 +144,7 @@ def vjp(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s):  # pragma: no cover
         for t in range(T):
             if t % C == 0:
                 ck[t // C] = S
-            step(S, np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_s)
+            step(S, np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_o, mode_s)
         Gc = dh_T[b, h].copy()
         blk = np.empty((C + 1, dk, dv), dt)
         Gt = np.empty((dk, dv), dt)
@@ -152,7 +157,7 @@ def vjp(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s):  # pragma: no cover
             blk[0] = ck[c]
             for t in range(t0, t1):
                 blk[t - t0 + 1] = blk[t - t0]
-                step(blk[t - t0 + 1], np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_s)
+                step(blk[t - t0 + 1], np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_o, mode_s)
             for t in range(t1 - 1, t0 - 1, -1):
                 a = np.exp(la[b, h, t])
                 for j in range(dv):
@@ -176,3 +181,105 @@ def vjp(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s):  # pragma: no cover
                 rnd(Gc, mode_s)
         dh0[b, h] = Gc
     return dq, dk_, dvv, dla, dh0
+
+
+# ---- vector gates (log_alpha (B, H, T, dk)): a (dk,) decays row i of the state by a[i]
+
+@njit(**jit)
+def step_vector(S, a, kt, vt, mode_o, mode_s):  # pragma: no cover - compiled
+    """S <- diag(a) S + k^T v (one rounding per element in the working dtype; the outer
+    product's operands rounded to ``mode_o``)."""
+    if mode_o != 0:
+        kt = rnd(kt.copy(), mode_o)
+        vt = rnd(vt.copy(), mode_o)
+    for i in range(S.shape[0]):
+        ai = a[i]
+        ki = kt[i]
+        for j in range(S.shape[1]):
+            S[i, j] = ai * S[i, j] + ki * vt[j]
+    rnd(S, mode_s)
+
+
+@njit(parallel=True, **jit)
+def forward_vector(qh, kh, v, la, h0, scale, mode_o, mode_s):  # pragma: no cover - compiled
+    B, H, T, dk = qh.shape
+    dv = v.shape[3]
+    o = np.empty((B, H, T, dv), qh.dtype)
+    hT = np.empty((B, H, dk, dv), qh.dtype)
+    for bh in prange(B * H):
+        b, h = bh // H, bh % H
+        S = h0[b, h].copy()
+        out = np.empty(dv, qh.dtype)
+        for t in range(T):
+            step_vector(S, np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_o, mode_s)
+            vecmat(qh[b, h, t], S, out, mode_o, mode_s)
+            for j in range(dv):
+                o[b, h, t, j] = scale * out[j]
+        hT[b, h] = S
+    return o, hT
+
+
+@njit(parallel=True, **jit)
+def vjp_vector(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s):  # pragma: no cover - compiled
+    """As ``vjp``, with dlog_alpha_t[i] = a_t[i] <S_{t-1}[i, :], G_t[i, :]> (direct form,
+    one row of the state per key dimension) and G carried as diag(a_t) G_t."""
+    B, H, T, dk = qh.shape
+    dv = v.shape[3]
+    dt = qh.dtype
+    dq = np.empty((B, H, T, dk), dt)
+    dk_ = np.empty((B, H, T, dk), dt)
+    dvv = np.empty((B, H, T, dv), dt)
+    dla = np.empty((B, H, T, dk), dt)
+    dh0 = np.empty((B, H, dk, dv), dt)
+    C = max(1, int(math.sqrt(max(T, 1))))
+    nck = (T + C - 1) // C
+    for bh in prange(B * H):
+        b, h = bh // H, bh % H
+        ck = np.empty((max(nck, 1), dk, dv), dt)
+        S = h0[b, h].copy()
+        for t in range(T):
+            if t % C == 0:
+                ck[t // C] = S
+            step_vector(S, np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_o, mode_s)
+        Gc = dh_T[b, h].copy()
+        blk = np.empty((C + 1, dk, dv), dt)
+        Gt = np.empty((dk, dv), dt)
+        tmp_k = np.empty(dk, dt)
+        tmp_v = np.empty(dv, dt)
+        sdo = np.empty(dv, dt)
+        acc = np.empty(9, dt)
+        for c in range(nck - 1, -1, -1):
+            t0 = c * C
+            t1 = min(T, t0 + C)
+            blk[0] = ck[c]
+            for t in range(t0, t1):
+                blk[t - t0 + 1] = blk[t - t0]
+                step_vector(blk[t - t0 + 1], np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_o, mode_s)
+            for t in range(t1 - 1, t0 - 1, -1):
+                a = np.exp(la[b, h, t])
+                for j in range(dv):
+                    sdo[j] = scale * do[b, h, t, j]
+                qr = rnd(qh[b, h, t].copy(), mode_o)
+                dr = rnd(sdo.copy(), mode_o)
+                for i in range(dk):
+                    for j in range(dv):
+                        Gt[i, j] = Gc[i, j] + qr[i] * dr[j]
+                rnd(Gt, mode_s)
+                matvec(blk[t - t0 + 1], sdo, tmp_k, mode_o, mode_s)
+                dq[b, h, t] = tmp_k
+                matvec(Gt, v[b, h, t], tmp_k, mode_o, mode_s)
+                dk_[b, h, t] = tmp_k
+                vecmat(kh[b, h, t], Gt, tmp_v, mode_o, mode_s)
+                dvv[b, h, t] = tmp_v
+                prev = blk[t - t0]
+                for i in range(dk):
+                    dla[b, h, t, i] = a[i] * dot(prev[i], Gt[i], acc)
+                for i in range(dk):
+                    for j in range(dv):
+                        Gc[i, j] = a[i] * Gt[i, j]
+                rnd(Gc, mode_s)
+        dh0[b, h] = Gc
+    return dq, dk_, dvv, dla, dh0
+
+
+KERNELS = {"scalar": (forward, vjp), "vector": (forward_vector, vjp_vector)}

@@ -7,6 +7,9 @@ kernels' outputs, each computed once on first use and timed apart (never counted
 kernel's); :func:`assess_outputs` turns a kernel's outputs into one ``_verdict.Assessment`` per
 output. Nothing is judged against an oracle result that is not finite: ``Truth`` raises
 ``NonFiniteError`` naming ``scale`` and the cause (``_oracle.nonfinite_report``) instead.
+Vector gates and packed sequences (``Problem.cu_seqlens``) go to the oracle, the scales and the
+reference kernels as they are; the proven bound, written for scalar gates of one sequence per row,
+sees them through ``_budget.budget_view`` (``Truth.budget_view``).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class Truth:
         self._grads: dict[bool, tuple] = {}
         self._scales: dict[tuple[bool, bool], dict] = {}
         self._refs: dict[tuple, dict] = {}
+        self._view = None
         self.ms: dict[str, float] = {}
 
     def _finite(self, what: str, results: dict[str, np.ndarray]) -> None:
@@ -134,6 +138,14 @@ class Truth:
             out[role] = self._refs[key]
         return out
 
+    def budget_view(self):
+        """(dims, log_alpha) of this problem as the proven bound takes them
+        (``_budget.budget_view``: vector gates and packed sequences as scalar-gate rows)."""
+        if self._view is None:
+            from ._budget import budget_view
+            self._view = budget_view(self.p)
+        return self._view
+
     def reference(self, name: str, with_dh_T: bool) -> np.ndarray:
         if name in FORWARD:
             return self.forward()[FORWARD.index(name)]
@@ -154,9 +166,12 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
     # dlog_alpha is held to the scale of the reverse-cumsum identity (_verdict, decision 3)
     sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
     ref_out = {k: _baseline.round_to(v[name], dtype) for k, v in refs.items()}
+    # the proven bound takes scalar gates of one sequence per row: vector gates and packed
+    # sequences are presented to it as such (_budget.budget_view)
+    dims, log_alpha = truth.budget_view()
     return _verdict.assess(name, x, truth.reference(name, final), scale=sc,
-                           compute_dtype=compute_dtype, dims=truth.p.dims,
-                           log_alpha=truth.p.log_alpha, reference_outputs=ref_out,
+                           compute_dtype=compute_dtype, dims=dims,
+                           log_alpha=log_alpha, reference_outputs=ref_out,
                            chunk_size=chunk_size, accumulate_dtype=accumulate_dtype,
                            returned_dtype=dtype)
 

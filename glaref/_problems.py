@@ -78,8 +78,11 @@ def plan(regimes: Iterable[str], configs: dict[str, tuple[int, ...]],
     return rows
 
 
-def make_problem(regime: str, dims: Dims, seed: int, dtype: str) -> Problem:
-    """The problem of one row: ``glaref.regimes.make_inputs`` rounded to ``dtype``."""
+def make_problem(regime: str, dims: Dims, seed: int, dtype: str, *, gate: str = "scalar",
+                 cu_seqlens=None) -> Problem:
+    """The problem of one row: ``glaref.regimes.make_inputs`` rounded to ``dtype`` (``gate`` and
+    ``cu_seqlens`` as there: vector gates, packed sequences)."""
     from . import regimes as _regimes
 
-    return round_problem(_regimes.make_inputs(regime, dims, seed), dtype)
+    return round_problem(_regimes.make_inputs(regime, dims, seed, gate=gate, cu_seqlens=cu_seqlens),
+                         dtype)

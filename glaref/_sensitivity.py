@@ -16,6 +16,7 @@ the targets at small sizes. Running kernels needs jax; judging does not.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -75,22 +76,26 @@ def threshold(truth: _judge.Truth, name: str, x: np.ndarray, dtype: str, kind: s
 _JITTED: dict = {}
 
 
-def _jitted(fn):
-    """One jitted fwd_bwd program per kernel, reused across problems (JAX caches per shape)."""
+def _jitted(fn, cu_seqlens: tuple[int, ...] | None = None):
+    """One jitted fwd_bwd program per kernel (and packed offsets, passed as ``cu_seqlens=``),
+    reused across problems (JAX caches per shape)."""
     import jax
 
     from .audit._engine import _fwd_bwd
 
-    key = id(fn)
+    key = (id(fn), cu_seqlens)
     if key not in _JITTED:
-        _JITTED[key] = (fn, jax.jit(_fwd_bwd(fn, True)))
+        kernel = fn if cu_seqlens is None else functools.partial(fn, cu_seqlens=np.asarray(cu_seqlens))
+        _JITTED[key] = (fn, jax.jit(_fwd_bwd(kernel, True)))
     return _JITTED[key][1]
 
 
 def jax_outputs(fn, truth: _judge.Truth, dtype: str, precision: str = "default"):
     """Run a JAX kernel ``fn(q, k, v, log_alpha, h0) -> (o, h_T)`` ("bhtd") once, forward and
     backward through jax.vjp, on the problem of ``truth`` in ``dtype``: ({name: canonical float64
-    value}, {name: returned dtype name}). The same program the audit engine times."""
+    value}, {name: returned dtype name}). The same program the audit engine times. Vector gates
+    need nothing; packed sequences (``truth.p.cu_seqlens``) are passed as ``cu_seqlens=``, as the
+    engine does."""
     import contextlib
 
     import jax
@@ -100,12 +105,14 @@ def jax_outputs(fn, truth: _judge.Truth, dtype: str, precision: str = "default")
     np_dt = jnp.dtype(dtype)
     args = [jnp.asarray(np.asarray(getattr(p, n)).astype(np_dt))
             for n in ("q", "k", "v", "log_alpha", "h0")]
+    cu = None if p.cu_seqlens is None else tuple(int(c) for c in p.cu_seqlens)
+    kernel = fn if cu is None else functools.partial(fn, cu_seqlens=np.asarray(cu))
     ctx = contextlib.nullcontext() if precision == "default" else jax.default_matmul_precision(precision)
     with ctx:
-        o_s, h_s = jax.eval_shape(fn, *args)
+        o_s, h_s = jax.eval_shape(kernel, *args)
         # cotangents in the dtype of the output they pair with, as the engine does
         cts = [jnp.asarray(np.asarray(p.do).astype(o_s.dtype)), jnp.asarray(np.asarray(p.dh_T).astype(h_s.dtype))]
-        (o, h_T), g = _jitted(fn)(*args, *cts)
+        (o, h_T), g = _jitted(fn, cu)(*args, *cts)
     arrays = dict(zip(_judge.NAMES, (o, h_T) + tuple(g)))
     return ({n: np.asarray(v).astype(np.float64) for n, v in arrays.items()},
             {n: np.dtype(v.dtype).name for n, v in arrays.items()})

@@ -3,6 +3,9 @@
     glaref audit                              # the quick preset: built-in kernels, small grid
     glaref audit --preset seed --json r.json  # the seed report's whole grid
     glaref audit --impl mykernels.py:gla --layout bthd --config 2,1,4,64,64 --seq 1000
+    glaref audit --gate vector --regime standard,mixed_dims   # GLA's per-dimension gates
+    glaref audit --cu-seqlens 0,5,5,40                        # packed sequences (T = 40)
+    glaref audit --cu-seqlens random:4 --seq 1000             # 4 random lengths per T
     glaref oracles verify                     # the golden vectors (oracles/) against this glaref
 
 Exit codes: 0 every row within the error bound, 1 a row failed (a bound exceeded, a non-finite
@@ -83,6 +86,15 @@ def _parser() -> _Parser:
                    "input dtype itself (e.g. bfloat16) for a kernel that rounds everything to "
                    "it: that leaves almost no bound (only non-finite values fail). Built-in "
                    "kernels accumulate in float32")
+    a.add_argument("--gate", default="scalar", choices=("scalar", "vector"), help="gate kind: "
+                   "scalar, log_alpha (B, H, T) (default), or vector, GLA's per-key-dimension "
+                   "log_alpha (B, H, T, dk), drawn per dimension by every regime (mixed_dims "
+                   "mixes near-one, standard and strongly decayed dimensions)")
+    a.add_argument("--cu-seqlens", metavar="OFFSETS|random:N", help="packed sequences: offsets "
+                   "0,c_1,...,T (empty sequences allowed; they fix T) or random:N (N sequences of "
+                   "random lengths in every T). Configs run with batch 1; h0 and h_T are "
+                   "(N, H, dk, dv); kernels get the offsets as the keyword cu_seqlens= (a user "
+                   "kernel must take it)")
     a.add_argument("--seed", type=int, default=0, help="input seed, a non-negative integer "
                    "(default 0)")
     a.add_argument("--regime", default="standard", help="comma-separated input regimes from "
@@ -155,7 +167,8 @@ def _audit(ns: argparse.Namespace) -> int:
     except AuditUsageError as exc:
         _err(str(exc))
         return 2
-    table.append(_report.Table(names, preset_names, sys.stdout, _split(ns.regime)))
+    table.append(_report.Table(names, preset_names, sys.stdout, _split(ns.regime), gate=ns.gate,
+                               packed=ns.cu_seqlens is not None))
 
     records: list = []
 
@@ -168,8 +181,8 @@ def _audit(ns: argparse.Namespace) -> int:
               precision=ns.precision, backend=ns.backend, layout=ns.layout, scale=ns.scale,
               repeats=ns.repeats, seed=ns.seed, regimes=ns.regime, json_path=ns.json,
               oracle_impl=ns.oracle, chunk_size=ns.chunk_size,
-              accumulate_dtype=ns.accumulate_dtype, on_record=keep,
-              progress=progress if ns.progress else None)
+              accumulate_dtype=ns.accumulate_dtype, gate=ns.gate, cu_seqlens=ns.cu_seqlens,
+              on_record=keep, progress=progress if ns.progress else None)
     except AuditUsageError as exc:
         _err(str(exc))
         return 2

@@ -342,3 +342,27 @@ TOLERANCES.update({
         "rule is off by O(1).",
     ),
 })
+
+
+# ---- which arithmetic a same-precision reference kernel ran in (tests/test_baseline_vector.py) ----
+# The reference kernels (glaref/_baseline.py) must *make* the rounding errors of their precision,
+# not merely stay within a bound (a kernel secretly computing in float64 would pass any bound). On
+# the test shapes (T = 70, dk = 8, dv = 6, random inputs, hundreds of elements per output) the
+# normwise error of one precision sits near a small multiple of its u: float64 kernels measured
+# <= 4.2e-15 (~40 u64), float32 ones >= 2.3e-8 (~0.4 u32), TF32- or bfloat16-operand ones
+# >= 2.6e-4 (~0.5 u_tf32) (2026-12-03).
+# The geometric mean of two unit roundoffs lies four (tf32 vs float32: 2.5) orders of magnitude
+# from either side, so an error above it cannot come from the finer arithmetic and one below it
+# cannot come from the coarser.
+TOLERANCES.update({
+    "arith_separator_f32_f64": Tolerance(
+        (UNIT_ROUNDOFF["float32"] * UNIT_ROUNDOFF["float64"]) ** 0.5,
+        "sqrt(u32 u64) ~ 2.6e-12: a reference kernel's normwise error above it was made in float32 "
+        "(or coarser), below it in float64 (see the comment above).",
+    ),
+    "arith_separator_tf32_f32": Tolerance(
+        (UNIT_ROUNDOFF["tf32"] * UNIT_ROUNDOFF["float32"]) ** 0.5,
+        "sqrt(u_tf32 u32) ~ 1.4e-5: a reference kernel's normwise error above it comes from "
+        "operands rounded to TF32 (10 mantissa bits), below it from float32 operands.",
+    ),
+})

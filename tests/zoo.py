@@ -29,6 +29,17 @@ them where the loss exceeds the allowed ratio:
 They are written here or taken from glaref.kernels and tests/mutants.py, never from the
 reference kernels the verdict compares with (glaref/_baseline.py), so no zoo member is its own
 baseline.
+
+Vector gates (log_alpha (B, H, T, dk), ``vector_zoo()``): the members that take them.
+
+    chunked16 .. chunked128   glaref.kernels.chunked at C = 16, 32, 64, 128 (sub-chunks of 16,
+                              every exponent a segment sum; backward by the per-chunk jax.vjp:
+                              dlog_alpha in the direct form)
+    scan, scan_checkpointed   glaref.kernels.scan as above (row-scaled state)
+    quadratic                 ``quadratic_vector``: the attention form with one T x T decay
+                              matrix per key dimension (segment sums by ssd_minimal's masked
+                              cumulative sum), JAX autodiff; memory (T + 1)^2 dk per head, so
+                              callers keep it to small T (``quadratic_fits``)
 """
 
 from __future__ import annotations
@@ -36,6 +47,10 @@ from __future__ import annotations
 import functools
 
 ZOO_CHUNKS = (16, 32, 64, 128, 256)
+VECTOR_ZOO_CHUNKS = (16, 32, 64, 128)
+# the quadratic forms materialise (B, H, T+1, T+1) decay matrices, times dk for vector gates, and
+# their gradients: the most elements of one such matrix a zoo run builds
+QUADRATIC_MAX_ELEMENTS = 2**26
 
 
 def _builtin(name: str, **kw):
@@ -79,6 +94,39 @@ def quadratic(q, k, v, log_alpha, h0):
     h_T = (L[..., -1, 0, None, None] * h0
            + jnp.einsum("bhs,bhsk,bhsv->bhkv", L[..., -1, 1:], kh, v, precision=hp))
     return o.astype(out_dtype), h_T
+
+
+def quadratic_vector(q, k, v, log_alpha, h0):
+    """Vector gates: o_t = sum_{s <= t} A[t, s] v_s + (q_t o exp(seg(0, t))) h0 with
+    A[t, s] = sum_i q_t[i] k_s[i] exp(seg_i(s, t)), seg_i(s, t) = sum_{s < r <= t} log_alpha_r[i]
+    built per key dimension by the masked cumulative sum of ``quadratic``; in float32 for 16-bit
+    inputs (``_float32``)."""
+    import jax.numpy as jnp
+
+    out_dtype = v.dtype
+    q, k, v, log_alpha, h0 = _float32(q, k, v, log_alpha, h0)
+    H, T = v.shape[1], v.shape[2]
+    qh = jnp.repeat(q, H // q.shape[1], axis=1)
+    kh = jnp.repeat(k, H // k.shape[1], axis=1)
+    la = jnp.concatenate([jnp.zeros_like(log_alpha[:, :, :1]), log_alpha], axis=2)   # (B, H, T+1, dk)
+    x = jnp.broadcast_to(la[:, :, :, None, :], la.shape[:3] + (T + 1, la.shape[3]))  # x[t, s] = la_t
+    below = jnp.tril(jnp.ones((T + 1, T + 1), bool), -1)[:, :, None]
+    seg = jnp.cumsum(jnp.where(below, x, 0.0), axis=2)        # seg[t, s, i], valid for s <= t
+    keep = jnp.tril(jnp.ones((T + 1, T + 1), bool))[:, :, None]
+    L = jnp.where(keep, jnp.exp(jnp.where(keep, seg, 0.0)), 0.0)
+    hp = "highest"
+    A = jnp.einsum("bhti,bhsi,bhtsi->bhts", qh, kh, L[:, :, 1:, 1:], precision=hp)
+    o = (jnp.einsum("bhts,bhsv->bhtv", A, v, precision=hp)
+         + jnp.einsum("bhti,bhiv->bhtv", qh * L[:, :, 1:, 0], h0, precision=hp))
+    h_T = (L[:, :, -1, 0, :, None] * h0
+           + jnp.einsum("bhsi,bhsi,bhsv->bhiv", L[:, :, -1, 1:], kh, v, precision=hp))
+    return o.astype(out_dtype), h_T
+
+
+def quadratic_fits(dims, vector: bool) -> bool:
+    """Whether the quadratic form's decay matrices stay within QUADRATIC_MAX_ELEMENTS."""
+    n = dims.B * dims.H * (dims.T + 1) ** 2 * (dims.dk if vector else 1)
+    return n <= QUADRATIC_MAX_ELEMENTS
 
 
 def chunked_direct(q, k, v, log_alpha, h0, C: int = 32):
@@ -145,3 +193,12 @@ def weaker() -> dict:
     """{name: kernel}: exact in exact arithmetic, measurably less accurate than the references
     (module docstring); reported, not asserted clean."""
     return {"cumsum_decays": cumsum_decays}
+
+
+def vector_zoo() -> dict:
+    """{name: kernel}: every correct kernel of the zoo that takes vector gates."""
+    out = {f"chunked{C}": _builtin("chunked", chunk_size=C) for C in VECTOR_ZOO_CHUNKS}
+    out["scan"] = _builtin("scan")
+    out["scan_checkpointed"] = _builtin("scan", checkpoint_every=16)
+    out["quadratic"] = quadratic_vector
+    return out

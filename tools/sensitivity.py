@@ -2,6 +2,7 @@
 
     python tools/sensitivity.py --json docs/reports/sensitivity_cpu.json --txt docs/reports/sensitivity_cpu.txt
     python tools/sensitivity.py --quick          # small sizes, a minute or two
+    python tools/sensitivity.py --quick --gate vector   # vector gates (GLA), mixed_dims added
 
 Part 1 (sensitivity, glaref._sensitivity): for each correct subject kernel, input dtype, regime,
 config and T, and each output (o, h_T and the five gradients), the smallest injected error the
@@ -16,6 +17,10 @@ problems: its worst reference ratio against the allowed one (glaref.tolerances "
 Everything is judged by glaref._judge (the audit's own rule); batch is cut to 1 on the seed
 configs (normwise errors over B*H*T*d elements; B only repeats the statistics) so that the
 float32 reference scan fits the time. Exit 0 when every target holds and the zoo is clean.
+
+``--gate vector``: vector gates (log_alpha (B, H, T, dk)) in every regime, plus mixed_dims; the
+subjects are the same kernels (they take either gate kind) and the zoo is tests/zoo.py's
+``vector_zoo`` (its quadratic form only where its (T+1)^2 dk decay matrices fit).
 """
 
 from __future__ import annotations
@@ -42,17 +47,21 @@ REGIMES = ("standard", "strong_decay", "near_one", "positive", "large_values", "
 QUADRATIC_MAX_T = 2048
 
 
-def subjects() -> dict:
-    """{label: (kernel, chunk_size the verdict is told)}."""
+def _zoo(gate: str) -> dict:
     import zoo
-    z = zoo.zoo()
+    return zoo.zoo() if gate == "scalar" else zoo.vector_zoo()
+
+
+def subjects(gate: str = "scalar") -> dict:
+    """{label: (kernel, chunk_size the verdict is told)}."""
+    z = _zoo(gate)
     return {"chunked (user, unknown)": (z["chunked64"], None),
             "chunked (built-in, C=64)": (z["chunked64"], 64),
             "scan (user, unknown)": (z["scan"], None),
             "scan (built-in, C=1)": (z["scan"], 1)}
 
 
-def problem(regime: str, cfg, T: int, seed: int, dtype: str):
+def problem(regime: str, cfg, T: int, seed: int, dtype: str, gate: str = "scalar"):
     import jax.numpy as jnp
     import numpy as np
 
@@ -60,19 +69,19 @@ def problem(regime: str, cfg, T: int, seed: int, dtype: str):
     from glaref._inputs import Dims
 
     B, G, H, dk, dv = cfg
-    p = regimes.make_inputs(regime, Dims(B, G, H, T, dk, dv), seed)
+    p = regimes.make_inputs(regime, Dims(B, G, H, T, dk, dv), seed, gate=gate)
     dt = jnp.dtype(dtype)
     r = lambda x: np.asarray(x).astype(dt).astype(np.float64)   # noqa: E731
     return p._replace(q=r(p.q), k=r(p.k), v=r(p.v), log_alpha=r(p.log_alpha), h0=r(p.h0),
                       do=r(p.do), dh_T=r(p.dh_T))
 
 
-def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress) -> dict:
+def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="scalar") -> dict:
     from glaref import _judge, _sensitivity
     import zoo
 
-    subs = subjects()
-    z = zoo.zoo()
+    subs = subjects(gate)
+    z = _zoo(gate)
     sens, alarms = [], []
     for dtype in dtypes:
         acc = None if dtype == "float32" else "float32"
@@ -81,7 +90,7 @@ def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress) -> dict:
                 cfg = configs[cname]
                 for seed in sorted(set(seeds) | set(zoo_seeds)):
                     t0 = time.perf_counter()
-                    p = problem(regime, cfg, T, seed, dtype)
+                    p = problem(regime, cfg, T, seed, dtype, gate)
                     truth = _judge.Truth(p, 1.0, "numba")
                     judge = dict(final=True, grads=True, compute_dtype=dtype, accumulate_dtype=acc)
                     runs = {}
@@ -99,8 +108,10 @@ def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress) -> dict:
                                                  "config": cname, "T": T, "seed": seed,
                                                  "output": name, "kind": kind, **r})
                     if seed in zoo_seeds:
-                        for name, fn in {**z, **{f"(weaker) {n}": f for n, f in zoo.weaker().items()}}.items():
-                            if name == "quadratic" and T > QUADRATIC_MAX_T:
+                        weak = {f"(weaker) {n}": f for n, f in zoo.weaker().items()} if gate == "scalar" else {}
+                        for name, fn in {**z, **weak}.items():
+                            if name == "quadratic" and (T > QUADRATIC_MAX_T if gate == "scalar"
+                                                        else not zoo.quadratic_fits(p.dims, True)):
                                 continue
                             outs, dts = _sensitivity.jax_outputs(fn, truth, dtype)
                             for out, a in _judge.assess_outputs(truth, outs, dts, **judge).items():
@@ -174,7 +185,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a minute or two)")
     ap.add_argument("--dtypes", default="float32,bfloat16")
-    ap.add_argument("--regimes", default=",".join(REGIMES))
+    ap.add_argument("--regimes", help=f"default {','.join(REGIMES)} (and mixed_dims with "
+                    "--gate vector)")
+    ap.add_argument("--gate", default="scalar", choices=("scalar", "vector"))
     ap.add_argument("--seeds", default="0", help="seeds of the sensitivity part")
     ap.add_argument("--zoo-seeds", default="0", help="seeds of the zoo part ('' for none)")
     ap.add_argument("--only", help="comma-separated config:T pairs of the targets to run")
@@ -196,10 +209,12 @@ def main(argv=None) -> int:
         targets = [x for x in targets if x in keep]
     ints = lambda s: [int(x) for x in s.split(",") if x != ""]   # noqa: E731
     t0 = time.perf_counter()
-    res = run(targets, configs, a.dtypes.split(","), a.regimes.split(","), ints(a.seeds),
-              ints(a.zoo_seeds), lambda m: print(m, file=sys.stderr, flush=True))
+    regs = a.regimes.split(",") if a.regimes else list(REGIMES) + (["mixed_dims"] if a.gate == "vector" else [])
+    res = run(targets, configs, a.dtypes.split(","), regs, ints(a.seeds),
+              ints(a.zoo_seeds), lambda m: print(m, file=sys.stderr, flush=True), gate=a.gate)
     text, ok = summarise(res, tol("calibrated_ratio"))
-    head = (f"glaref sensitivity report: {time.strftime('%Y-%m-%d')}, CPU {cpu_model()}\n"
+    head = (f"glaref sensitivity report: {time.strftime('%Y-%m-%d')}, CPU {cpu_model()}, "
+            f"{a.gate} gates\n"
             f"allowed ratio (calibrated_ratio) {tol('calibrated_ratio'):g}, floor "
             f"{tol('calibrated_floor'):g} u ||ref||; configs (batch cut to 1): "
             f"{ {c: configs[c] for c, _ in targets} }; T: {sorted({t for _, t in targets})}; "

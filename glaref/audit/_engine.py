@@ -28,8 +28,10 @@ picks one by the kernel's framework.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import operator
+from dataclasses import replace
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -182,17 +184,96 @@ def _check_accumulate(accumulate_dtype: str | None, cdtype: str) -> None:
                               f"least as precise as the compute dtype {cdtype!r}")
 
 
-def _warm_oracle(impl: str) -> None:
-    """Compile the Numba oracle (if cached, load it) outside every timing."""
+# ---------------------------------------------------------------- gate kind and packed sequences
+
+RANDOM_PACKING = "random:"
+
+
+def _gate(gate) -> str:
+    from ..regimes import GATES
+    if gate not in GATES:
+        raise AuditUsageError(f"gate: got {gate!r}, expected one of {GATES}")
+    return gate
+
+
+def _packing(cu_seqlens) -> np.ndarray | int | None:
+    """None (one sequence per batch row), explicit offsets (an int64 array, validated) or the
+    number N of random-length sequences ("random:N")."""
+    if cu_seqlens is None:
+        return None
+    if isinstance(cu_seqlens, str):
+        text = cu_seqlens.strip()
+        if text.startswith(RANDOM_PACKING):
+            n = text[len(RANDOM_PACKING):]
+            if not n.isdigit() or int(n) < 1:
+                raise AuditUsageError(f"cu_seqlens: got {cu_seqlens!r}, expected 'random:N' with "
+                                      "N >= 1 sequences, or offsets such as '0,5,5,40'")
+            return int(n)
+        parts = [x.strip() for x in text.split(",") if x.strip()]
+        try:
+            cu_seqlens = [int(x) for x in parts]
+        except ValueError:
+            raise AuditUsageError(f"cu_seqlens: got {text!r}, expected integer offsets such as "
+                                  "'0,5,5,40' or 'random:N'") from None
+    from .._inputs import check_cu_seqlens
+    a = np.asarray(cu_seqlens)
+    if a.dtype.kind not in "iu" or a.ndim != 1 or a.size < 2 or a[-1] < 1:
+        raise AuditUsageError(f"cu_seqlens: got {cu_seqlens!r}, expected N + 1 >= 2 integer "
+                              "offsets 0 = c_0 <= ... <= c_N = T with T >= 1 (e.g. '0,5,5,40'), "
+                              "or 'random:N'")
+    try:
+        return check_cu_seqlens(a, 1, int(a[-1]))
+    except ValueError as exc:          # not starting at 0, decreasing: names the first bad position
+        raise AuditUsageError(str(exc)) from None
+
+
+def _gate_and_packing(gate, cu_seqlens, seqs, seq_list: list[int], regime_list: list[str]):
+    """(gate, packing, seq_list) checked: explicit offsets fix T, so ``seqs`` may only repeat it
+    (None: it becomes [T]) and no regime may set its own T."""
+    from .. import regimes as _regimes
+
+    gate = _gate(gate)
+    packing = _packing(cu_seqlens)
+    if isinstance(packing, np.ndarray):
+        T_cu = int(packing[-1])
+        if seqs is None:
+            seq_list = [T_cu]
+        elif set(seq_list) != {T_cu}:
+            raise AuditUsageError(f"seq: got {seq_list}, expected only {T_cu}, the T that "
+                                  f"cu_seqlens {packing.tolist()} fixes (or cu_seqlens='random:N')")
+        for regime in regime_list:
+            if any(d.T != T_cu for d in _regimes.REGIMES[regime].cases(Dims(1, 1, 1, T_cu, 1, 1))):
+                raise AuditUsageError(f"regime: got {regime!r}, which sets its own T; explicit "
+                                      f"cu_seqlens fix T = {T_cu} (use cu_seqlens='random:N')")
+    return gate, packing, seq_list
+
+
+def _offsets(packing, T: int, seed: int) -> np.ndarray | None:
+    """The offsets of one problem of length T: the explicit ones, or N random lengths drawn by
+    ``regimes.random_cu_seqlens(T, N, seed)`` (empty sequences included)."""
+    from ..regimes import random_cu_seqlens
+    if packing is None or isinstance(packing, np.ndarray):
+        return packing
+    return random_cu_seqlens(T, packing, seed)
+
+
+def _warm_oracle(impl: str, gate: str = "scalar", packed: bool = False) -> None:
+    """Compile the Numba oracle (if cached, load it) outside every timing, for the gate kind
+    and packing the audit runs."""
     from .._oracle import _backend
     be = _backend(impl)
     rng = np.random.default_rng(0)
     q = rng.standard_normal((1, 1, 3, 2))
     v = rng.standard_normal((1, 1, 3, 2))
-    la = -np.ones((1, 1, 3))
+    la = -np.ones((1, 1, 3) if gate == "scalar" else (1, 1, 3, 2))
     h0 = np.zeros((1, 1, 2, 2))
     be.forward(q, q, v, la, h0, 1.0)
     be.vjp(q, q, v, la, h0, v, h0, 1.0)
+    if packed:
+        cu = np.array([0, 1, 3])
+        h0 = np.zeros((2, 1, 2, 2))
+        be.forward(q, q, v, la, h0, 1.0, cu_seqlens=cu)
+        be.vjp(q, q, v, la, h0, v, h0, 1.0, cu_seqlens=cu)
 
 
 # ---------------------------------------------------------------- one row
@@ -205,10 +286,11 @@ def _shape_in(layout: str, kind: str, canonical: tuple[int, ...]) -> tuple[int, 
     return tuple(s)
 
 
-def _kernel_structure(out, dims: Dims, layout: str) -> tuple[bool, str | None]:
-    """(returns a final state?, problem with the output or None) from jax.eval_shape's result."""
+def _kernel_structure(out, dims: Dims, layout: str, n_states: int | None = None) -> tuple[bool, str | None]:
+    """(returns a final state?, problem with the output or None) from jax.eval_shape's result.
+    n_states: the leading size of h_T (B, or N packed sequences)."""
     o_shape = _shape_in(layout, "v", (dims.B, dims.H, dims.T, dims.dv))
-    hT_shape = (dims.B, dims.H, dims.dk, dims.dv)
+    hT_shape = (dims.B if n_states is None else n_states, dims.H, dims.dk, dims.dv)
     if out is None:
         return False, "kernel returned None, expected o or (o, h_T)"
     if isinstance(out, (tuple, list)):
@@ -274,7 +356,7 @@ def _judged(rec: dict[str, Any], per: dict[str, Any], canonical: dict[str, np.nd
     if "log_alpha" in per:   # the direct form's budget_ulps beside the identity's
         direct["log_alpha"] = _budget.budget_ulps(
             "log_alpha", canonical["log_alpha"], truth.reference("log_alpha", final),
-            truth.scales(final, True)["log_alpha"], cdtype, truth.p.dims)[0]
+            truth.scales(final, True)["log_alpha"], cdtype, truth.budget_view()[0])[0]
     failures = [a.reason for a in per.values() if not a.ok]
 
     outs_names = [n for n in _metrics.OUTPUTS if n in per]
@@ -338,38 +420,47 @@ class _Run:
         return {"impl": subject.name, "mode": mode, "config": cname, "batch": dims.B,
                 "groups": dims.G, "heads": dims.H, "seq": dims.T, "dk": dims.dk, "dv": dims.dv}
 
-    def params(self, subject: Subject, regime: str, final: bool | None) -> dict[str, Any]:
+    def params(self, subject: Subject, regime: str, final: bool | None,
+               truth: _judge.Truth | None = None) -> dict[str, Any]:
+        p = truth.p if truth is not None else None
+        cu = None if p is None or p.cu_seqlens is None else [int(c) for c in p.cu_seqlens]
         return {"dtype": self.dtype, "compute_dtype": self.cdtype, "precision": self.precision,
                 "layout": self.layout, "regime": regime, "seed": self.seed, "scale": self.scale,
                 "final_state": final, "chunk_size": subject.chunk_size,
-                "accumulate_dtype": _accumulate(subject, self.cdtype)}
+                "accumulate_dtype": _accumulate(subject, self.cdtype),
+                "gate": "vector" if p is not None and p.vector_gate else "scalar",
+                "cu_seqlens": cu}
 
     def row(self, subject: Subject, mode: str, cname: str, dims: Dims, regime: str,
             truth: _judge.Truth, arr: dict[str, Any]) -> dict[str, Any]:
         jax = self.jax
         rec = self.base(subject, mode, cname, dims, regime)
         inputs = (arr["q"], arr["k"], arr["v"], arr["log_alpha"], arr["h0"])
+        # packed sequences: the kernel receives the offsets (concrete int64) as cu_seqlens=
+        cu = truth.p.cu_seqlens
+        fn = subject.fn if cu is None else functools.partial(subject.fn, cu_seqlens=cu)
+        params = functools.partial(self.params, subject, regime, truth=truth)
         final: bool | None = None
         measured: dict[str, Any] = {}
         try:
             with self.precision_ctx():
-                shape = jax.eval_shape(subject.fn, *inputs)
-            final, problem = _kernel_structure(shape, dims, self.layout)
+                shape = jax.eval_shape(fn, *inputs)
+            final, problem = _kernel_structure(shape, dims, self.layout, truth.p.n_states)
             if problem is not None:
-                rec.update({"skipped": problem, **self.params(subject, regime, final), "ok": False,
+                rec.update({"skipped": problem, **params(final), "ok": False,
                             "failures": [problem]})
                 return rec
             outs = shape if final else (shape,)
             if mode == "fwd":
                 # a fresh function per row, so compile_s is never a hit in jit's cache
-                f, args = _fwd(subject.fn), inputs
+                f, args = _fwd(fn), inputs
             else:
                 # cotangents in the dtype of the outputs they pair with (exact when that dtype is
                 # at least as wide as the audited one, as it is for every sane kernel)
                 cts = [arr["do"].astype(outs[0].dtype)]
                 if final:
                     cts.append(arr["dh_T"].astype(outs[1].dtype))
-                f, args = _fwd_bwd(subject.fn, final), inputs + tuple(cts)
+                f, args = _fwd_bwd(fn, final), inputs + tuple(cts)
             with self.precision_ctx():
                 compiled, compile_s = _timing.compile_fn(f, args)
             measured["compile_s"] = compile_s
@@ -377,17 +468,17 @@ class _Run:
             measured.update(mem)
             guard = self.check_memory(mem)
             if guard:
-                rec.update({"skipped": guard, **measured, **self.params(subject, regime, final), "ok": None})
+                rec.update({"skipped": guard, **measured, **params(final), "ok": None})
                 return rec
             first, timing = _timing.time_calls(compiled, args, self.repeats)
             del compiled
             measured.update(timing)
             if mode == "fwd_bwd":
                 with self.precision_ctx():
-                    measured["residual_mb"] = _timing.residual_bytes(subject.fn, inputs) / _timing.MIB
+                    measured["residual_mb"] = _timing.residual_bytes(fn, inputs) / _timing.MIB
         except (Exception, SystemExit) as exc:  # the kernel raised: a failed row; the audit goes on
             why = "kernel raised " + _reason(exc)
-            rec.update({"skipped": why, **measured, **self.params(subject, regime, final),
+            rec.update({"skipped": why, **measured, **params(final),
                         "ok": False, "failures": [why]})
             return rec
 
@@ -407,7 +498,7 @@ class _Run:
         for name, x in arrays.items():
             bad_dtype = _output_problem(name, x, x.shape, None)
             if bad_dtype is not None:       # e.g. a gradient from a custom_vjp in an integer dtype
-                rec.update({"skipped": bad_dtype, **measured, **self.params(subject, regime, final),
+                rec.update({"skipped": bad_dtype, **measured, **params(final),
                             "ok": False, "failures": [bad_dtype]})
                 return rec
         canonical = {n: to_canonical(_to64(x), _KINDS[n], self.layout) for n, x in arrays.items()}
@@ -420,7 +511,7 @@ class _Run:
         if mode == "fwd_bwd":
             rec["residual_mb"] = measured["residual_mb"]
         return _judged(rec, per, canonical, truth, layout=self.layout, cdtype=self.cdtype,
-                       mode=mode, final=bool(final), params=self.params(subject, regime, final))
+                       mode=mode, final=bool(final), params=params(final))
 
     def declined(self, subject: Subject, mode: str, cname: str, dims: Dims, regime: str,
                  reason: str) -> dict[str, Any]:
@@ -506,6 +597,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
           layout: str = "bhtd", scale: float = 1.0, repeats: int | None = None, seed: int = 0,
           regimes="standard", json_path=None, oracle_impl: str | None = None,
           chunk_size: int | None = None, accumulate_dtype: str | None = None,
+          gate: str = "scalar", cu_seqlens=None,
           on_record: Callable[[dict], None] | None = None,
           progress: Callable[[str], None] | None = None,
           memory_guard: bool = True) -> list[dict[str, Any]]:
@@ -533,6 +625,18 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     for a kernel that rounds everything to it, whose bound is then usually infinite, so only
     non-finite values fail). Built-in kernels carry their own (chunked: 64, scan: 1, both
     accumulating in float32).
+
+    gate: "scalar" (log_alpha (B, H, T)) or "vector" (GLA's per-key-dimension gates, log_alpha
+    (B, H, T, dk), drawn by every regime per dimension; ``mixed_dims`` mixes near-one, standard
+    and strongly decayed dimensions). Any kernel takes them through its log_alpha argument.
+    cu_seqlens: packed sequences. Offsets "0,5,5,40" (or a list of ints: 0 = c_0 <= ... <= c_N =
+    T, empty sequences allowed) fix T = c_N, so ``seqs`` may only repeat it and regimes that set
+    their own T (ragged, long) are refused; "random:N" packs N sequences of random lengths
+    (``regimes.random_cu_seqlens(T, N, seed)``, empty ones included) into every T. Either way
+    each config's batch becomes 1 (the sequences are the batch), h0 and h_T are (N, H, dk, dv),
+    and every kernel receives the offsets as a keyword, ``cu_seqlens=`` (a concrete int64 NumPy
+    array): a user kernel must take that keyword (else a usage error). Records carry ``gate`` and
+    ``cu_seqlens`` (the offsets of the row, or null).
     """
     if not isinstance(preset, str) or preset not in PRESETS:
         raise AuditUsageError(f"preset: got {preset!r}, expected one of {sorted(PRESETS)}")
@@ -558,6 +662,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     if backend is not None and not isinstance(backend, str):
         raise AuditUsageError(f"backend: got {backend!r}, expected a platform name such as "
                               "'cpu' or 'gpu', or None")
+    gate, packing, seq_list = _gate_and_packing(gate, cu_seqlens, seqs, seq_list, regime_list)
 
     if json_path is not None:
         json_path = _report.check_output(json_path, "json_path")
@@ -569,7 +674,8 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     x64 = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
     with x64, jax.default_device(device):
         subjects = [resolve(i, layout=layout, precision=precision, scale=scale,
-                            chunk_size=chunk_size, accumulate_dtype=accumulate_dtype)
+                            chunk_size=chunk_size, accumulate_dtype=accumulate_dtype,
+                            packed=packing is not None)
                     for i in impl_list]
         run = _Run(device=device, dtype=dtype, precision=precision, layout=layout, scale=scale,
                    repeats=reps, seed=seed, oracle_impl=oracle, memory_guard=memory_guard)
@@ -580,14 +686,18 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
                        "modes": mode_list, "dtype": dtype, "precision": precision, "layout": layout,
                        "scale": scale, "seed": seed, "regimes": regime_list, "oracle": oracle,
                        "preset": preset, "chunk_size": chunk_size,
-                       "accumulate_dtype": accumulate_dtype},
+                       "accumulate_dtype": accumulate_dtype, "gate": gate,
+                       "cu_seqlens": (None if packing is None else f"{RANDOM_PACKING}{packing}"
+                                      if isinstance(packing, int) else packing.tolist())},
         }
         writer = _report.JsonWriter(json_path, header) if json_path else None
         if writer:
             writer.write()
-        _warm_oracle(oracle)
+        _warm_oracle(oracle, gate, packing is not None)
 
         plan = _problems.plan(regime_list, cfgs, seq_list)
+        if packing is not None:                  # the sequences are the batch
+            plan = [(regime, cname, replace(dims, B=1)) for regime, cname, dims in plan]
         total = len(plan) * len(mode_list) * len(subjects)
         records: list[dict[str, Any]] = []
         host = _device.host_available_bytes() if memory_guard else None
@@ -606,7 +716,8 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
                         if on_record:
                             on_record(rec)
                 continue
-            problem = _problems.make_problem(regime, dims, seed, dtype)
+            problem = _problems.make_problem(regime, dims, seed, dtype, gate=gate,
+                                             cu_seqlens=_offsets(packing, dims.T, seed))
             truth = _judge.Truth(problem, scale, oracle)
             try:
                 truth.forward()
@@ -614,8 +725,10 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
                 for mode in mode_list:
                     for subject in subjects:
                         if progress:
+                            kind = "" if gate == "scalar" else f", {gate} gates"
+                            kind += "" if packing is None else f", {problem.n_states} packed sequences"
                             progress(f"[{len(records) + 1}/{total}] {subject.name} {mode} {cname} "
-                                     f"T={dims.T} ({regime})")
+                                     f"T={dims.T} ({regime}{kind})")
                         rec = run.row(subject, mode, cname, dims, regime, truth, arr)
                         records.append(rec)
                         if writer:
@@ -646,7 +759,9 @@ def _framework_row(kernel: Callable, name: str, framework: str, mode: str, cname
                      grads=mode == "fwd_bwd", device=device)
     params = {"dtype": dtype, "compute_dtype": cdtype, "precision": None, "layout": layout,
               "regime": regime, "seed": seed, "scale": scale, "final_state": run.final_state,
-              "chunk_size": chunk_size, "accumulate_dtype": acc, "framework": framework}
+              "chunk_size": chunk_size, "accumulate_dtype": acc, "framework": framework,
+              "gate": "vector" if truth.p.vector_gate else "scalar",
+              "cu_seqlens": None if truth.p.cu_seqlens is None else [int(c) for c in truth.p.cu_seqlens]}
     problem = None
     if run.error is not None:
         e = run.error

@@ -28,7 +28,8 @@ RECORD_ADDITIONS = (
     "rel_err_out", "max_abs_err", "reference_rel_err", "reference_ratio", "allowed_ratio",
     "budget_ulps", "budget_bound", "budget_ulps_direct", "nonfinite", "nonfinite_first_index",
     "dtype", "compute_dtype", "precision", "layout", "regime", "seed", "scale", "final_state",
-    "chunk_size", "accumulate_dtype", "ok", "failed_tier", "failures", "verdict", "oracle_ms",
+    "chunk_size", "accumulate_dtype", "gate", "cu_seqlens", "ok", "failed_tier", "failures",
+    "verdict", "oracle_ms",
 )
 
 ERR_COLUMNS = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
@@ -216,14 +217,20 @@ class Table:
     """A fixed-width table printed row by row as records arrive."""
 
     def __init__(self, impls: Iterable[str], configs: Iterable[str], stream: TextIO,
-                 regimes: Iterable[str] | None = None):
+                 regimes: Iterable[str] | None = None, gate: str = "scalar",
+                 packed: bool = False):
         self.w_impl = max([4] + [len(i) for i in impls])
         self.w_cfg = max([6] + [len(c) for c in configs])
         regimes = list(regimes or [])
         # a regime column only when several regimes share the table
         self.w_reg = max([6] + [len(r) for r in regimes]) if len(regimes) > 1 else 0
+        # the gate kind and the number of packed sequences only when not the default
+        self.gate = gate != "scalar"
+        self.packed = packed
         self.stream = stream
         reg = f"{'regime':<{self.w_reg}} " if self.w_reg else ""
+        reg += f"{'gate':<6} " if self.gate else ""
+        reg += f"{'N_seq':>5} " if self.packed else ""
         head = (f"{'impl':<{self.w_impl}} {'mode':<7} {reg}{'config':<{self.w_cfg}} {'T':>5} "
                 f"{'ms':>9} {'compile_s':>9} {'temp_MB':>8} {'resid_MB':>8} "
                 + " ".join(f"{c:>9}" for c in ERR_COLUMNS) + f" {'x_ref':>10} {'proven':>7}  verdict")
@@ -235,6 +242,10 @@ class Table:
 
     def line(self, r: dict[str, Any]) -> str:
         reg = f"{r.get('regime', ''):<{self.w_reg}} " if self.w_reg else ""
+        reg += f"{r.get('gate') or '-':<6} " if self.gate else ""
+        if self.packed:
+            cu = r.get("cu_seqlens")
+            reg += f"{'-' if cu is None else len(cu) - 1:>5} "
         lead = f"{r['impl']:<{self.w_impl}} {r['mode']:<7} {reg}{r['config']:<{self.w_cfg}} {r['seq']:>5} "
         if "skipped" in r:
             tail = "FAIL" if r.get("ok") is False else "skipped"
@@ -257,7 +268,12 @@ class Table:
 # ---------------------------------------------------------------- verdict
 
 def _where(r: dict[str, Any]) -> str:
-    reg = f" ({r['regime']})" if r.get("regime") else ""
+    where = [r["regime"]] if r.get("regime") else []
+    if r.get("gate", "scalar") != "scalar":
+        where.append(f"{r['gate']} gates")
+    if r.get("cu_seqlens") is not None:
+        where.append(f"packed {r['cu_seqlens']}")
+    reg = f" ({', '.join(where)})" if where else ""
     return f"{r['impl']} {r['mode']} {r['config']} T={r['seq']}{reg}"
 
 

@@ -14,6 +14,12 @@ float32 accumulation for narrower inputs (glaref.kernels docstring), so they are
 ``accumulate_dtype="float32"``. A user kernel is judged with the ``chunk_size`` and
 ``accumulate_dtype`` the caller gives (``--chunk-size``, ``--accumulate-dtype``), by default None:
 unknown chunking, and float32 accumulation for narrower inputs (the engine's DEFAULT_ACCUMULATE).
+
+Vector gates need nothing of a kernel's signature: log_alpha simply has rank 4. Packed sequences
+(the audit's ``cu_seqlens``) do: a kernel is given the offsets as the keyword ``cu_seqlens`` (a
+concrete int64 NumPy array of N + 1 offsets, B = 1; h0 and h_T are (N, H, dk, dv)), so a user
+kernel audited on packed sequences must have a ``cu_seqlens`` parameter (or ``**kwargs``), as
+flash-linear-attention's kernels do; the built-in kernels have one.
 """
 
 from __future__ import annotations
@@ -136,9 +142,20 @@ def _user(spec: str, layout: str, scale: float, chunk_size: int | None,
 
 
 def resolve(impl, *, layout: str, precision: str, scale: float, chunk_size: int | None = None,
-            accumulate_dtype: str | None = None) -> Subject:
+            accumulate_dtype: str | None = None, packed: bool = False) -> Subject:
     """A Subject from a built-in name, a 'module:function' / 'file.py:function' spec or a callable.
-    ``chunk_size`` and ``accumulate_dtype`` describe user kernels (built-ins carry their own)."""
+    ``chunk_size`` and ``accumulate_dtype`` describe user kernels (built-ins carry their own).
+    ``packed``: the audit runs packed sequences, so the kernel must take ``cu_seqlens``."""
+    subject = _resolve(impl, layout=layout, precision=precision, scale=scale,
+                       chunk_size=chunk_size, accumulate_dtype=accumulate_dtype)
+    if packed and not _accepts(subject.fn, "cu_seqlens"):
+        raise AuditUsageError(f"impl {subject.name!r}: packed sequences are given to a kernel as "
+                              "the keyword cu_seqlens=, which its signature does not take")
+    return subject
+
+
+def _resolve(impl, *, layout: str, precision: str, scale: float, chunk_size: int | None,
+             accumulate_dtype: str | None) -> Subject:
     if isinstance(impl, Subject):
         return impl
     if callable(impl):
