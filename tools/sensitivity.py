@@ -76,7 +76,10 @@ def problem(regime: str, cfg, T: int, seed: int, dtype: str, gate: str = "scalar
                       do=r(p.do), dh_T=r(p.dh_T))
 
 
-def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="scalar") -> dict:
+def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="scalar",
+        sink=None) -> dict:
+    """{"sensitivity": [...], "zoo": [...]}; ``sink(part)``, when given, receives each problem's
+    rows as they are measured (``--jsonl``: a long run keeps what it measured)."""
     from glaref import _judge, _sensitivity
     import zoo
 
@@ -90,6 +93,7 @@ def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="sc
                 cfg = configs[cname]
                 for seed in sorted(set(seeds) | set(zoo_seeds)):
                     t0 = time.perf_counter()
+                    n_sens, n_alarms = len(sens), len(alarms)
                     p = problem(regime, cfg, T, seed, dtype, gate)
                     truth = _judge.Truth(p, 1.0, "numba")
                     judge = dict(final=True, grads=True, compute_dtype=dtype, accumulate_dtype=acc)
@@ -118,6 +122,8 @@ def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="sc
                                 alarms.append({"dtype": dtype, "kernel": name, "regime": regime,
                                                "config": cname, "T": T, "seed": seed, "output": out,
                                                "ratio": a.ratio, "ok": a.ok, "reason": a.reason})
+                    if sink is not None:
+                        sink({"sensitivity": sens[n_sens:], "zoo": alarms[n_alarms:]})
                     progress(f"{dtype} {regime} {cname} T={T} seed={seed}: "
                              f"{time.perf_counter() - t0:.1f}s")
     return {"sensitivity": sens, "zoo": alarms}
@@ -193,6 +199,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="comma-separated config:T pairs of the targets to run")
     ap.add_argument("--json")
     ap.add_argument("--txt")
+    ap.add_argument("--jsonl", help="append each problem's rows to this file as they are measured")
+    ap.add_argument("--from-jsonl", help="comma-separated --jsonl files: report their rows, run "
+                    "nothing (a sweep split over several processes)")
     a = ap.parse_args(argv)
 
     from glaref.audit._device import cpu_model
@@ -210,16 +219,32 @@ def main(argv=None) -> int:
     ints = lambda s: [int(x) for x in s.split(",") if x != ""]   # noqa: E731
     t0 = time.perf_counter()
     regs = a.regimes.split(",") if a.regimes else list(REGIMES) + (["mixed_dims"] if a.gate == "vector" else [])
-    res = run(targets, configs, a.dtypes.split(","), regs, ints(a.seeds),
-              ints(a.zoo_seeds), lambda m: print(m, file=sys.stderr, flush=True), gate=a.gate)
+    if a.from_jsonl:
+        res = {"sensitivity": [], "zoo": []}
+        for f in a.from_jsonl.split(","):
+            for line in pathlib.Path(f).read_text().splitlines():
+                part = json.loads(line)
+                for k in res:
+                    res[k] += part[k]
+        seen = {(r["config"], r["T"]) for r in res["sensitivity"] + res["zoo"]}
+        targets = [x for x in targets if x in seen]
+    else:
+        sink = None
+        if a.jsonl:
+            def sink(part, path=pathlib.Path(a.jsonl)):
+                with path.open("a") as fh:
+                    fh.write(json.dumps(part, default=str) + "\n")
+        res = run(targets, configs, a.dtypes.split(","), regs, ints(a.seeds), ints(a.zoo_seeds),
+                  lambda m: print(m, file=sys.stderr, flush=True), gate=a.gate, sink=sink)
     text, ok = summarise(res, tol("calibrated_ratio"))
     head = (f"glaref sensitivity report: {time.strftime('%Y-%m-%d')}, CPU {cpu_model()}, "
             f"{a.gate} gates\n"
             f"allowed ratio (calibrated_ratio) {tol('calibrated_ratio'):g}, floor "
             f"{tol('calibrated_floor'):g} u ||ref||; configs (batch cut to 1): "
             f"{ {c: configs[c] for c, _ in targets} }; T: {sorted({t for _, t in targets})}; "
-            f"wall {time.perf_counter() - t0:.0f} s\n"
-            f"target: threshold / natural <= {TARGET:g} for chunked with the CLI's defaults")
+            + (f"rows from {a.from_jsonl}\n" if a.from_jsonl
+               else f"wall {time.perf_counter() - t0:.0f} s\n")
+            + f"target: threshold / natural <= {TARGET:g} for chunked with the CLI's defaults")
     print(head + "\n" + text)
     print("PASS" if ok else "FAIL")
     if a.txt:
