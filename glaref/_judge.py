@@ -21,6 +21,7 @@ import numpy as np
 from . import _baseline, _verdict
 from ._errors import NonFiniteError
 from ._inputs import _KIND, Problem, from_canonical
+from .tolerances import UNIT_ROUNDOFF
 
 FORWARD = ("o", "h_T")
 GRADS = ("q", "k", "v", "log_alpha", "h0")
@@ -169,10 +170,16 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
     # the proven bound takes scalar gates of one sequence per row: vector gates and packed
     # sequences are presented to it as such (_budget.budget_view)
     dims, log_alpha = truth.budget_view()
+    proven, proven_acc = compute_dtype, accumulate_dtype
+    if operand_dtype is not None and UNIT_ROUNDOFF[operand_dtype] > UNIT_ROUNDOFF[compute_dtype]:
+        # products whose operands are rounded to operand_dtype: the proven bound (and the unit of
+        # budget_ulps) of that dtype, accumulating in the compute dtype
+        proven = operand_dtype
+        proven_acc = accumulate_dtype or ("float32" if compute_dtype == "tf32" else compute_dtype)
     return _verdict.assess(name, x, truth.reference(name, final), scale=sc,
-                           compute_dtype=compute_dtype, dims=dims,
+                           compute_dtype=proven, dims=dims,
                            log_alpha=log_alpha, reference_outputs=ref_out,
-                           chunk_size=chunk_size, accumulate_dtype=accumulate_dtype,
+                           chunk_size=chunk_size, accumulate_dtype=proven_acc,
                            returned_dtype=dtype)
 
 

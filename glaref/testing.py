@@ -94,7 +94,8 @@ def _framework(kernel: Any, framework: str | None) -> str:
 
 
 def _run_check(kernel, framework, *, configs, seqs, dtype, regimes, layout, scale, chunk_size,
-               accumulate_dtype, modes, seed, backend, precision, compute_dtype, device):
+               accumulate_dtype, modes, seed, backend, precision, compute_dtype, device,
+               operand_dtype=None):
     """check_kernel's rows: JAX kernels through the audit engine, torch/NumPy ones through
     ``audit_kernel``."""
     from .audit import AuditUsageError
@@ -102,7 +103,8 @@ def _run_check(kernel, framework, *, configs, seqs, dtype, regimes, layout, scal
 
     fw = _framework(kernel, framework)
     if fw == "jax":
-        for name, value in (("compute_dtype", compute_dtype), ("device", device)):
+        for name, value in (("compute_dtype", compute_dtype), ("device", device),
+                            ("operand_dtype", operand_dtype)):
             if value is not None:
                 raise AuditUsageError(f"{name}: got {value!r} for a JAX kernel, expected None (the "
                                       "audit derives both from dtype, precision and backend)")
@@ -119,7 +121,8 @@ def _run_check(kernel, framework, *, configs, seqs, dtype, regimes, layout, scal
     records = audit_kernel(kernel, framework=fw, detected=framework is None, configs=configs,
                            seqs=seqs, modes=modes, dtype=dtype, compute_dtype=compute_dtype,
                            layout=layout, scale=scale, seed=seed, regimes=regimes,
-                           chunk_size=chunk_size, accumulate_dtype=accumulate_dtype, device=device)
+                           chunk_size=chunk_size, accumulate_dtype=accumulate_dtype, device=device,
+                           operand_dtype=operand_dtype)
     lost = sorted({r["forward_only"] for r in records if r.get("forward_only")})
     if fw == "torch" and lost and "fwd_bwd" in modes:
         warnings.warn(f"{records[0]['impl']}: gradients not checked, forward only: "
@@ -132,7 +135,8 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
                  layout: str = "bhtd", scale: float = 1.0, chunk_size: int | None = None,
                  accumulate_dtype: str | None = None, modes=("fwd_bwd",), seed: int = 0,
                  backend: str | None = None, precision: str = "default",
-                 compute_dtype: str | None = None, device: str | None = None) -> list[dict[str, Any]]:
+                 compute_dtype: str | None = None, device: str | None = None,
+                 operand_dtype: str | None = None) -> list[dict[str, Any]]:
     """Assert that ``kernel`` agrees with the float64 oracle; return the records (one per row,
     as :func:`glaref.audit.audit` gives them).
 
@@ -154,7 +158,11 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
         float32 "tf32" on an NVIDIA GPU). device, compute_dtype: torch and NumPy only (where
         torch puts the inputs, "cpu" or "cuda"; the arithmetic the errors are measured in, by
         default ``dtype``: "tf32" for a float32 kernel whose matmuls run as TF32, e.g. a Triton
-        kernel's ``tl.dot``).
+        kernel's ``tl.dot``). operand_dtype: torch and NumPy only, the format a kernel rounds
+        its matrix products' operands to beyond its inputs' dtype (e.g. "bfloat16" for a
+        bfloat16 Triton kernel that casts its float32 states and scores to bfloat16 before each
+        ``tl.dot``, as flash-linear-attention's do); the reference kernels then round theirs
+        alike. None: operands kept in the compute dtype.
 
     Raises AssertionError naming every failing row and output with its figures. A kernel that
     raises (SystemExit included), or returns the wrong structure or a non-float dtype, fails too
@@ -170,7 +178,7 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
                              regimes=regimes, layout=layout, scale=scale, chunk_size=chunk_size,
                              accumulate_dtype=accumulate_dtype, modes=modes, seed=seed,
                              backend=backend, precision=precision, compute_dtype=compute_dtype,
-                             device=device)
+                             device=device, operand_dtype=operand_dtype)
     except (AuditUsageError, AuditEnvironmentError) as exc:
         # raised afresh from here, so that a test report shows this one line, not the engine
         raise type(exc)(str(exc)) from None
@@ -366,7 +374,8 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
                            scale: float | None = None, layout: str | None = None,
                            dtype: Any = None, compute_dtype: str | None = None,
                            accumulate_dtype: str | None = None, chunk_size: int | None = None,
-                           oracle_impl: str | None = None) -> dict[str, Any]:
+                           oracle_impl: str | None = None,
+                           operand_dtype: str | None = None) -> dict[str, Any]:
     """Assert that a kernel's outputs and gradients, computed anywhere, agree with the float64
     oracle on the inputs the kernel received; return the figures (one
     ``glaref._verdict.Assessment`` per judged output: rel_err, ratio, budget_ulps, bound, ...).
@@ -392,7 +401,9 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
         float32 kernel whose matmuls run as TF32 (a Triton ``tl.dot``, torch with allow_tf32).
     accumulate_dtype: what a 16-bit kernel accumulates and carries its states in (None: float32,
         what production kernels do). chunk_size: the kernel's chunk length (1: step by step;
-        None: unknown). As :func:`check_kernel` and ``glaref audit``.
+        None: unknown). operand_dtype: the format the kernel rounds its matrix products'
+        operands to (None: none beyond its inputs' dtype), as :func:`check_kernel`'s. As
+        :func:`check_kernel` and ``glaref audit``.
 
     The verdict is the audit's (``glaref._judge``): each output passes when finite, within
     ``calibrated_ratio`` times the error of glaref's same-precision reference kernels on the same
@@ -427,6 +438,8 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
                                    or chunk_size < 1):
         raise ValueError(f"chunk_size: got {chunk_size!r}, expected a positive integer or None")
+    if operand_dtype is not None:
+        operand_dtype = _dtype_arg(operand_dtype, "operand_dtype")
     oracle = oracle_impl or _default_oracle()
     if oracle not in ("numba", "numpy"):
         raise ValueError(f"oracle_impl: got {oracle!r}, expected 'numba', 'numpy' or None")
@@ -434,7 +447,8 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
     truth = _judge.Truth(p, sc, oracle)
     final = p.dh_T is not None
     per = _judge.assess_outputs(truth, values, dtypes, final=final, grads=bool(grads),
-                                compute_dtype=cdtype, accumulate_dtype=acc, chunk_size=chunk_size)
+                                compute_dtype=cdtype, accumulate_dtype=acc, chunk_size=chunk_size,
+                                operand_dtype=operand_dtype)
     _judge.locate_nonfinite(per, values, lay)
     bad = [a for a in per.values() if not a.ok]
     if bad:
@@ -442,7 +456,8 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
         d = p.dims
         raise AssertionError(
             f"kernel outputs disagree with the glaref oracle on {len(bad)} of {len(per)} judged "
-            f"outputs (dtype {dt}, compute dtype {cdtype}, accumulate_dtype {acc}, chunk_size="
+            f"outputs (dtype {dt}, compute dtype {cdtype}, accumulate_dtype {acc}, operand_dtype "
+            f"{operand_dtype}, chunk_size="
             f"{chunk_size}; B={d.B} G={d.G} H={d.H} T={d.T} dk={d.dk} dv={d.dv}, scale {sc:.6g}, "
             f"layout {lay}):\n{_table(per, worst, skipped, unjudged)}\n"
             + "\n".join(f"  {a.reason}" for a in bad)

@@ -322,6 +322,45 @@ def tf32_kernel(q, k, v, log_alpha, h0, scale):
     return np.stack(outs, 2), S
 
 
+def bf16_operand_kernel(q, k, v, log_alpha, h0, scale):
+    """tf32_kernel's scan with every product's operands rounded to bfloat16 on float32 inputs (a
+    Triton kernel casting its float32 state to bfloat16 before ``tl.dot``); sums in float32."""
+    from glaref._baseline import round_to
+
+    rep = v.shape[1] // q.shape[1]
+    q, k = np.repeat(q, rep, axis=1), np.repeat(k, rep, axis=1)
+    S, outs = h0.copy(), []
+    for t in range(q.shape[2]):
+        kv = round_to(k[:, :, t, :, None], "bfloat16") * round_to(v[:, :, t, None, :], "bfloat16")
+        S = S * np.exp(log_alpha[:, :, t])[..., None, None] + kv
+        outs.append(scale * np.einsum("bhk,bhkv->bhv", round_to(q[:, :, t], "bfloat16"),
+                                      round_to(S, "bfloat16")))
+    return np.stack(outs, 2), S
+
+
+def test_operand_rounding_is_judged_when_said_so():
+    # bfloat16 matmul operands are a bug for a float32 kernel that says nothing, correct for one
+    # that declares operand_dtype="bfloat16" (the references round their operands alike)
+    with pytest.raises(AssertionError, match=r"(?s)compute dtype float32.*FAIL o:"):
+        gt.check_kernel(bf16_operand_kernel, chunk_size=1, seqs=[33])
+    (rec,) = gt.check_kernel(bf16_operand_kernel, chunk_size=1, seqs=[33],
+                             operand_dtype="bfloat16")
+    assert rec["ok"] and rec["operand_dtype"] == "bfloat16"
+    _, inputs, _ = _numpy_case()
+    o, h_T = bf16_operand_kernel(*(inputs[n] for n in ("q", "k", "v", "log_alpha", "h0")),
+                                 scale=1.0)
+    with pytest.raises(AssertionError, match=r"operand_dtype None"):
+        gt.assert_close_to_oracle({"o": o, "h_T": h_T}, **inputs, chunk_size=1)
+    per = gt.assert_close_to_oracle({"o": o, "h_T": h_T}, **inputs, chunk_size=1,
+                                    operand_dtype="bfloat16")
+    assert all(a.ok for a in per.values())
+    with pytest.raises(glaref.DTypeError, match=r"operand_dtype: got .int8."):
+        gt.assert_close_to_oracle({"o": o, "h_T": h_T}, **inputs, chunk_size=1,
+                                  operand_dtype="int8")
+    with pytest.raises(ValueError, match=r"operand_dtype: got 'bfloat16' for a JAX kernel"):
+        gt.check_kernel("scan", operand_dtype="bfloat16")
+
+
 def test_tf32_arithmetic_is_judged_as_tf32_when_said_so():
     # float32 inputs multiplied as TF32: a bug for a float32 kernel, correct for a TF32 one
     with pytest.raises(AssertionError, match=r"(?s)compute dtype float32.*FAIL o:"):

@@ -13,8 +13,9 @@ against every regime: which outputs were flagged ("all" = all seven, "-" = none,
 non-finite value).
 Part 2: the correct kernels (glaref.kernels.chunked and .scan by name, the mutants' correct base
 and a plain lax.scan as user callables with their chunk length), in float32 and in bfloat16
-judged as accumulating in float32: the worst budget_ulps per output per regime, with the bound
-it was judged against.
+judged as accumulating in float32: per output per regime, the worst ratio of its error to the
+same-precision reference kernels' (the calibrated tier, against ``calibrated_ratio``) and the
+worst budget_ulps with the proven bound it was judged against.
 Exit 0 when every mutant is flagged somewhere and no correct kernel is, else 1.
 """
 
@@ -49,21 +50,27 @@ def _cell(recs: list[dict]) -> str:
     return ",".join(SHORT[n] for n in OUTPUTS if n in bad) + mark
 
 
-def _worst(recs: list[dict], name: str) -> tuple[float, float]:
-    """(budget_ulps, bound) of the case with the largest budget_ulps / bound for one output."""
+def _worst(recs: list[dict], name: str) -> tuple[float, float, float]:
+    """(reference ratio, budget_ulps, bound) for one output: the largest ratio to the reference
+    kernels' error (the calibrated tier) and the largest budget_ulps / bound (the proven tier)
+    over the cases."""
+    ratio = max(r["reference_ratio"][name] for r in recs)
     best = None
     for r in recs:
         u, b = r["budget_ulps"][name], r["budget_bound"][name]
-        ratio = u / b if b else float("inf")
-        if best is None or ratio > best[0]:
-            best = (ratio, u, b)
-    return best[1], best[2]
+        x = u / b if b else float("inf")
+        if best is None or x > best[0]:
+            best = (x, u, b)
+    return ratio, best[1], best[2]
 
 
 def main(argv=None) -> int:
     import glaref
     import mutants
     from glaref import regimes
+    from glaref.tolerances import tol
+
+    allowed = tol("calibrated_ratio")
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dims", default="1,2,4,130,16,16", help="B,G,H,T,dk,dv")
@@ -122,8 +129,9 @@ def main(argv=None) -> int:
                                     accumulate_dtype=acc, **common)
                 for impl, rs in by(recs, "impl").items():
                     title = f"{impl}, {dtype}" + (f" (accumulating in {acc})" if acc else "")
-                    print(f"\nWorst budget_ulps (bound) per output, {title}  [{label}]")
-                    print("regime".ljust(13) + "".join(SHORT[n].rjust(19) for n in OUTPUTS)
+                    print(f"\nWorst ratio to the reference kernels' error (allowed {allowed:g}x) "
+                          f"| budget_ulps (proven bound) per output, {title}  [{label}]")
+                    print("regime".ljust(13) + "".join(SHORT[n].rjust(24) for n in OUTPUTS)
                           + "  verdict")
                     for r, cases in by(rs, "regime").items():
                         record["correct"].setdefault(f"{impl} {dtype}", {})[r] = cases
@@ -134,7 +142,8 @@ def main(argv=None) -> int:
                         figs = [_worst(cases, n) for n in OUTPUTS]
                         ok = all(c["ok"] for c in cases)
                         ok_all &= ok
-                        print(r.ljust(13) + "".join(f"{u:.3g} ({b:.3g})".rjust(19) for u, b in figs)
+                        print(r.ljust(13) + "".join(f"{x:.2g}x | {u:.3g} ({b:.3g})".rjust(24)
+                                                    for x, u, b in figs)
                               + ("  pass" if ok else "  FAIL " + ",".join(
                                   sorted({n for c in cases for n in _failed(c)}))), flush=True)
     print(f"\n{time.perf_counter() - t0:.0f} s")

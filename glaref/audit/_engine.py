@@ -748,7 +748,8 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
 def _framework_row(kernel: Callable, name: str, framework: str, mode: str, cname: str,
                    regime: str, truth: _judge.Truth, *, dtype: str, cdtype: str, layout: str,
                    scale: float, seed: int, chunk_size: int | None, acc: str | None,
-                   device: str | None, detected: bool, oracle_impl: str) -> dict[str, Any]:
+                   device: str | None, detected: bool, oracle_impl: str,
+                   operand_dtype: str | None = None) -> dict[str, Any]:
     """One row of a kernel run by ``glaref._frameworks.run_kernel`` on ``truth``'s problem."""
     from .._frameworks import run_kernel
 
@@ -759,8 +760,8 @@ def _framework_row(kernel: Callable, name: str, framework: str, mode: str, cname
                      grads=mode == "fwd_bwd", device=device)
     params = {"dtype": dtype, "compute_dtype": cdtype, "precision": None, "layout": layout,
               "regime": regime, "seed": seed, "scale": scale, "final_state": run.final_state,
-              "chunk_size": chunk_size, "accumulate_dtype": acc, "framework": framework,
-              "gate": "vector" if truth.p.vector_gate else "scalar",
+              "chunk_size": chunk_size, "accumulate_dtype": acc, "operand_dtype": operand_dtype,
+              "framework": framework, "gate": "vector" if truth.p.vector_gate else "scalar",
               "cu_seqlens": None if truth.p.cu_seqlens is None else [int(c) for c in truth.p.cu_seqlens]}
     problem = None
     if run.error is not None:
@@ -794,7 +795,8 @@ def _framework_row(kernel: Callable, name: str, framework: str, mode: str, cname
     dtypes.update({n: run.dtypes[f"d{n}"] for n in (run.grads or {})})
     final = bool(run.final_state)
     per = _judge.assess_outputs(truth, values, dtypes, final=final, grads=run.grads is not None,
-                                compute_dtype=cdtype, accumulate_dtype=acc, chunk_size=chunk_size)
+                                compute_dtype=cdtype, accumulate_dtype=acc, chunk_size=chunk_size,
+                                operand_dtype=operand_dtype)
     rec.update({k: None for k in ("compile_s", "inner", "median_ms", "q1_ms", "q3_ms",
                                   "xla_temp_mb", "xla_arg_mb", "xla_out_mb")})
     if rec["mode"] == "fwd_bwd":
@@ -808,7 +810,8 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
                  layout: str = "bhtd", scale: float = 1.0, seed: int = 0, regimes="standard",
                  chunk_size: int | None = None, accumulate_dtype: str | None = None,
                  device: str | None = None, oracle_impl: str | None = None,
-                 memory_guard: bool = True) -> list[dict[str, Any]]:
+                 memory_guard: bool = True,
+                 operand_dtype: str | None = None) -> list[dict[str, Any]]:
     """Accuracy rows of one torch or NumPy kernel (``framework``), one record per row.
 
     The rows, problems (``glaref._problems``: regime inputs rounded to ``dtype``), oracle
@@ -820,7 +823,8 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
     compute_dtype: the arithmetic the kernel's errors are measured in: None for ``dtype``
     itself, "tf32" for float32 inputs multiplied as TF32 (a Triton ``tl.dot`` on an NVIDIA GPU,
     or torch with ``allow_tf32``). device: where a torch kernel's inputs go ("cpu" by default,
-    "cuda"). detected: the framework was guessed from the kernel's code, so a kernel returning
+    "cuda"). operand_dtype: the format the kernel rounds its matrix products' operands to beyond
+    ``dtype`` (None: none; ``_verdict.reference_arithmetic``). detected: the framework was guessed from the kernel's code, so a kernel returning
     another framework's arrays fails with a message saying which ``framework=`` to pass.
 
     Records carry two keys of their own: ``framework``, and ``forward_only`` (the reason) on rows
@@ -848,6 +852,8 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
                                                           _metrics.COMPUTE_DTYPES)[0]
     _check_accumulate(accumulate_dtype, cdtype)
     acc = _judge.accumulate_for(accumulate_dtype, cdtype)
+    if operand_dtype is not None:
+        _choices("operand_dtype", operand_dtype, _metrics.COMPUTE_DTYPES)
     if framework == "numpy":     # forward only: one "fwd" row where fwd_bwd was asked for
         mode_list = list(dict.fromkeys("fwd" for _ in mode_list))
     name = getattr(kernel, "__qualname__", None) or getattr(kernel, "__name__", None) or repr(kernel)
@@ -864,7 +870,8 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
                                 "compute_dtype": cdtype, "precision": None, "layout": layout,
                                 "regime": regime, "seed": seed, "scale": scale,
                                 "final_state": None, "chunk_size": chunk_size,
-                                "accumulate_dtype": acc, "framework": framework, "ok": None})
+                                "accumulate_dtype": acc, "operand_dtype": operand_dtype,
+                                "framework": framework, "ok": None})
             continue
         truth = _judge.Truth(_problems.make_problem(regime, dims, seed, dtype), scale, oracle)
         try:
@@ -873,7 +880,8 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
                 rec = _framework_row(kernel, name, framework, mode, cname, regime, truth,
                                      dtype=dtype, cdtype=cdtype, layout=layout, scale=scale,
                                      seed=seed, chunk_size=chunk_size, acc=acc, device=device,
-                                     detected=detected, oracle_impl=oracle)
+                                     detected=detected, oracle_impl=oracle,
+                                     operand_dtype=operand_dtype)
                 if framework == "numpy":
                     rec["forward_only"] = "NumPy has no automatic differentiation: forward only"
                 records.append(rec)
