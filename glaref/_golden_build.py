@@ -357,6 +357,7 @@ def fingerprint() -> dict:
 
 
 def verdict_entry() -> dict:
+    from . import _baseline
     from .tolerances import tol
 
     return {
@@ -364,13 +365,15 @@ def verdict_entry() -> dict:
         "calibrated_floor": tol("calibrated_floor"),
         "outputs": list(OUTPUTS),
         "reference_kernels": list(golden.REFERENCE_KERNELS),
-        "reference_chunk": 64,
+        "reference_chunk": _baseline.CHUNK,
+        "reference_chunk_wide": _baseline.CHUNK_WIDE,
         "structures": list(STRUCTURES),
         "rule": ("fail on any non-finite value; else err = ||x - ref||_2 must be <= "
                  "calibrated_ratio * baseline_err[structure, output] (calibrated tier), and "
                  "budget_ulps = max_i |x_i - ref_i| / (u * scale_<output>_i + underflow_floor[output]) "
                  "must be <= proven_bound[structure, output] (proven tier); baseline_err = "
-                 "max(B, floor_err) with B = max(chunked, sqrt(chunked * scan)) (unknown), scan "
+                 "max(B, floor_err) with B = max(chunked, sqrt(chunked * scan), sqrt(chunked * "
+                 "chunked_wide)) (unknown), scan "
                  "(step_by_step) or chunked (chunked_64) of ref_err, floor_err = "
                  "calibrated_floor * u * ||ref||_2 + sqrt(size) * underflow_floor; see README.md"),
     }
