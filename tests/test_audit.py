@@ -495,7 +495,7 @@ def test_a_kernel_module_that_exits_on_import_is_a_usage_error(tmp_path):
     assert str(e.value).endswith("exits.py' failed: it called sys.exit(7)"), str(e.value)
 
 
-# ---------------------------------------------------------------- a failing kernel fails; the table and plot say why (issue 10)
+# ---------------------------------------------------------------- failing kernels fail; table, plot (issue 10)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "audit_user_kernels.py"
 
@@ -506,8 +506,8 @@ def test_a_kernel_whose_backward_raises_fails_its_row_and_check_kernel_agrees():
     assert fwd["ok"] is True, fwd
     why = "kernel raised NotImplementedError: backward not written yet"
     assert bwd["ok"] is False and bwd["failures"] == [why] and bwd["skipped"] == why, bwd
-    assert summary([fwd, bwd]) == (1, f"FAIL: 1 of 2 rows fail the verdict (first: "
-                                      f"{bwd['impl']} fwd_bwd tiny T=9 (standard): {why})")
+    line = f"FAIL: 1 of 2 rows fail the verdict (first: {bwd['impl']} fwd_bwd tiny T=9 (standard): {why})"
+    assert summary([fwd, bwd]) == (1, line)
     from glaref.testing import check_kernel
 
     with pytest.raises(AssertionError, match="NotImplementedError: backward not written yet"):
@@ -540,8 +540,8 @@ def test_a_row_without_a_verdict_says_so_and_is_not_counted_ok():
          "reference_ratio": {"o": None}, "ok": False, "failed_tier": {"o": "undecided"},
          "failures": [why]}
     assert Table(["k"], ["tiny"], None).line(r).endswith("  FAIL o:undecided")
-    assert summary([r]) == (1, f"FAIL: 1 of 1 rows fail the verdict (first: k fwd tiny T=9 "
-                               f"(standard): {why})")
+    line = f"FAIL: 1 of 1 rows fail the verdict (first: k fwd tiny T=9 (standard): {why})"
+    assert summary([r]) == (1, line)
 
 
 def test_the_plot_draws_each_outputs_allowed_error_dotted_beside_the_measured_one(monkeypatch):
