@@ -296,6 +296,20 @@ def _check_not_transposed(q_shape, k_shape, v_shape, layout: str) -> None:
                           f"transposed (pass layout={other!r}, or swap their axes 1 and 2)")
 
 
+def _check_state_not_transposed(x: np.ndarray, name: str, qkv_shapes, layout: str,
+                                want: tuple[int, ...], T: int) -> None:
+    """A state (h0, dh_T) with T heads instead of H, while q, k and v also fit the other layout:
+    with G = H, q, k, v and log_alpha fit both layouts and only the state tells them apart."""
+    other = "bthd" if layout == "bhtd" else "bhtd"
+    if (x.ndim == 4 and x.shape != want and x.shape == (want[0], T, *want[2:])
+            and _fits(*qkv_shapes, other)):
+        q_shape, k_shape, v_shape = qkv_shapes
+        raise LayoutError(f"layout: got {layout!r}, but q {tuple(q_shape)}, k {tuple(k_shape)}, v "
+                          f"{tuple(v_shape)} and {name} {x.shape} fit {other!r} and not {layout!r}: "
+                          f"the arrays look transposed (pass layout={other!r}, or swap axes 1 and "
+                          f"2 of q, k, v and log_alpha)")
+
+
 def to_canonical(a: np.ndarray, kind: str, layout: str) -> np.ndarray:
     """Move one array from ``layout`` to "bhtd". kind: 'qk', 'v', 'gate' or 'state'."""
     if layout == "bhtd" or kind == "state":
@@ -338,6 +352,7 @@ def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str
                          f"3 dims {g_spell} (scalar gate) or 4 dims {gv_spell} (vector gate)")
     vector = log_alpha.ndim == 4
     _check_not_transposed(q.shape, k.shape, v.shape, layout)
+    given = (q.shape, k.shape, v.shape)
     q = to_canonical(q, "qk", layout)
     k = to_canonical(k, "qk", layout)
     v = to_canonical(v, "v", layout)
@@ -372,6 +387,7 @@ def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str
         h0 = np.zeros((NS, H, dk, dv))
     else:
         h0 = to_float64(h0, "h0")
+        _check_state_not_transposed(h0, "h0", given, layout, (NS, H, dk, dv), T)
         _check_shape(h0, "h0", (NS, H, dk, dv), st_spell)
     if do is not None:
         do = to_float64(do, "do")
@@ -383,6 +399,7 @@ def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str
         raise ShapeError("do: got None, expected the cotangent of o")
     if dh_T is not None:
         dh_T = to_float64(dh_T, "dh_T")
+        _check_state_not_transposed(dh_T, "dh_T", given, layout, (NS, H, dk, dv), T)
         _check_shape(dh_T, "dh_T", (NS, H, dk, dv), f"{st_spell} like h_T")
 
     if not allow_nonfinite:

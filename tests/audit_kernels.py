@@ -112,6 +112,19 @@ def _cv_bwd(res, cts):
 custom_vjp_kernel.defvjp(_cv_fwd, _cv_bwd)
 
 
+@jax.custom_vjp
+def no_backward_kernel(q, k, v, log_alpha, h0):
+    """Correct forward; a backward not written yet (raises NotImplementedError)."""
+    return _recurrence(q, k, v, log_alpha, h0)
+
+
+def _nb_bwd(res, cts):
+    raise NotImplementedError("backward not written yet")
+
+
+no_backward_kernel.defvjp(lambda *args: (_recurrence(*args), None), _nb_bwd)
+
+
 def complex_kernel(q, k, v, log_alpha, h0):
     """The correct o plus 1e3j: complex64 (the imaginary part must not be dropped silently)."""
     return scan_kernel(q, k, v, log_alpha, h0) + 1e3j

@@ -493,3 +493,93 @@ def test_a_kernel_module_that_exits_on_import_is_a_usage_error(tmp_path):
     with pytest.raises(AuditUsageError) as e:
         glaref.audit([f"{tmp_path / 'exits.py'}:fn"], TINY, [9], **FAST)
     assert str(e.value).endswith("exits.py' failed: it called sys.exit(7)"), str(e.value)
+
+
+# ---------------------------------------------------------------- failing kernels fail; table, plot (issue 10)
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "audit_user_kernels.py"
+
+
+def test_a_kernel_whose_backward_raises_fails_its_row_and_check_kernel_agrees():
+    # a custom_vjp whose backward raises NotImplementedError used to be a skipped row (exit 0)
+    fwd, bwd = glaref.audit([ak.no_backward_kernel], TINY, [9], **FAST)
+    assert fwd["ok"] is True, fwd
+    why = "kernel raised NotImplementedError: backward not written yet"
+    assert bwd["ok"] is False and bwd["failures"] == [why] and bwd["skipped"] == why, bwd
+    line = f"FAIL: 1 of 2 rows fail the verdict (first: {bwd['impl']} fwd_bwd tiny T=9 (standard): {why})"
+    assert summary([fwd, bwd]) == (1, line)
+    from glaref.testing import check_kernel
+
+    with pytest.raises(AssertionError, match="NotImplementedError: backward not written yet"):
+        check_kernel(ak.no_backward_kernel, "jax", configs=TINY, seqs=[9])
+
+
+def test_a_row_without_a_finite_bound_is_decided_by_the_reference_kernels():
+    # float32 at T = 4000 with no --chunk-size: no finite proven bound (inf; null in the JSON). The
+    # table used to show "0 ok" there; now the calibrated tier decides and "proven" shows "-".
+    from glaref.audit._report import Table
+
+    (r,) = glaref.audit([ak.scan_kernel], TINY, [4000], ["fwd"], **FAST)
+    assert r["budget_bound"]["o"] == math.inf and r["failed_tier"] == {} and r["ok"] is True, r
+    assert 0 < r["reference_ratio"]["o"] <= r["allowed_ratio"]
+    table = Table([r["impl"]], [r["config"]], None)
+    head = table.header.split()
+    line = table.line(r).split()
+    assert line[head.index("proven")] == "-" and line[-1] == "ok", table.line(r)
+    assert line[head.index("x_ref")] == f"{r['reference_ratio']['o']:.2g}(o)"
+
+
+def test_a_row_without_a_verdict_says_so_and_is_not_counted_ok():
+    # the verdict's "undecided" tier (the reference kernels gave a non-finite error): named in
+    # the table and the summary, and a failed row, never an "ok"
+    from glaref.audit._report import Table
+
+    why = "o: no verdict: the float32 reference kernels gave a non-finite error"
+    r = {"impl": "k", "mode": "fwd", "config": "tiny", "seq": 9, "regime": "standard",
+         "rel_err_out": {"o": 1e-7}, "budget_ulps": {"o": 1.0}, "budget_bound": {"o": None},
+         "reference_ratio": {"o": None}, "ok": False, "failed_tier": {"o": "undecided"},
+         "failures": [why]}
+    assert Table(["k"], ["tiny"], None).line(r).endswith("  FAIL o:undecided")
+    line = f"FAIL: 1 of 1 rows fail the verdict (first: k fwd tiny T=9 (standard): {why})"
+    assert summary([r]) == (1, line)
+
+
+def test_the_plot_draws_each_outputs_allowed_error_dotted_beside_the_measured_one(monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from glaref.audit._report import plot
+
+    recs = glaref.audit([f"{EXAMPLES}:chunked_dq_bug"], TINY, [9, 17], chunk_size=64, **FAST)
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **kw: saved.append(fig))
+    plot(recs, "unused.png")
+    (fig,) = saved
+    panels = {ax.get_title(): ax for ax in fig.axes}
+    for name, title in (("o", "rel_err o"), ("q", "rel_err dq"), ("log_alpha", "rel_err dlog_alpha")):
+        lines = panels[title].get_lines()
+        mode = "fwd" if name == "o" else "fwd_bwd"
+        rs = [r for r in recs if r["mode"] == mode]
+        errs = {**rs[0]["rel_err_out"], **(rs[0].get("rel_err_grads") or {})}
+        measured = [ln for ln in lines if ln.get_linestyle() == "-"]
+        allowed = [ln for ln in lines if ln.get_linestyle() == ":"]
+        assert len(measured) == 1 and len(allowed) == 1, title
+        assert measured[0].get_ydata()[0] == errs[name]
+        assert list(allowed[0].get_ydata()) == [r["allowed_ratio"] * r["reference_rel_err"][name]
+                                               for r in rs]
+        crosses = [ln for ln in lines if ln.get_marker() == "x"]
+        assert bool(crosses) == (name == "q"), title          # dq * 1.01 fails on dq only
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "solid: measured rel_err" in labels and "verdict failed" in labels
+    assert f"dotted: allowed rel_err ({tol('calibrated_ratio'):g}x the reference kernels')" in labels
+    assert fig._suptitle.get_text() == "FAIL: 2 of 4 rows fail the verdict", fig._suptitle.get_text()
+
+
+def test_the_example_user_kernels_pass_and_fail_as_docs_reports_audit_examples_shows():
+    good = glaref.audit([f"{EXAMPLES}:chunked"], TINY, [9], ["fwd_bwd"], chunk_size=64, **FAST)
+    bad = glaref.audit([f"{EXAMPLES}:chunked_dq_bug"], TINY, [9], ["fwd_bwd"], chunk_size=64, **FAST)
+    assert [r["ok"] for r in good] == [True], good
+    (r,) = bad
+    assert r["ok"] is False and list(r["failed_tier"]) == ["q"], r
+    # dq * 1.01: a normwise relative error of 0.01, plus at most the float32 kernel's own error
+    assert r["rel_err_grads"]["q"] == pytest.approx(0.01, abs=1.01 * tol("audit_rel_err_float32"))

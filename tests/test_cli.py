@@ -312,3 +312,16 @@ def test_a_kernel_module_that_calls_sys_exit_on_import_is_reported_not_obeyed(tm
     assert code == 2 and out == "", (code, out, err)
     _one_line_error(err, "glaref audit: error: --impl: importing ")
     assert err.rstrip().endswith("exits.py' failed: it called sys.exit(7)"), err
+
+
+def test_a_kernel_whose_backward_raises_exits_1_with_its_row_failed():
+    # issue 10: NotImplementedError in a custom_vjp's backward was "skipped" and the run exited 0
+    code, out, err = cli("--impl", kernel("no_backward_kernel"), *TINY)
+    assert code == 1, (out, err)
+    assert "Traceback" not in err
+    rows = [ln for ln in out.splitlines() if ln.startswith(kernel("no_backward_kernel"))]
+    assert rows[0].split()[1] == "fwd" and rows[0].endswith("  ok"), rows
+    assert rows[1].split()[1] == "fwd_bwd" and rows[1].endswith(
+        "FAIL: kernel raised NotImplementedError: backward not written yet"), rows
+    assert out.splitlines()[-1].startswith("FAIL: 1 of 2 rows fail the verdict (first: ")
+    assert "skipped" not in out

@@ -366,6 +366,27 @@ def test_arrays_in_the_other_layout_are_called_transposed(given, passed):
         glaref.forward(sw(p.q), sw(p.k), sw(p.v)[:1], sw(p.log_alpha), layout=given, impl="numpy")
 
 
+@pytest.mark.parametrize("given,passed", [("bhtd", "bthd"), ("bthd", "bhtd")])
+def test_with_one_head_per_group_the_state_tells_the_layouts_apart(given, passed):
+    # G = H = 3, T = 7: q, k, v and log_alpha fit both layouts; only h0 (or dh_T), with H heads,
+    # shows which one they are in (it used to be blamed: "h0: got shape (2, 3, 4, 5), expected
+    # (2, 7, 4, 5)")
+    p = rand_problem(2, 3, 3, 7, 4, 5, seed=13)
+    sw = (lambda x: np.swapaxes(x, 1, 2)) if given == "bthd" else (lambda x: x)  # noqa: E731
+    args = [sw(p.q), sw(p.k), sw(p.v), sw(p.log_alpha)]
+    for name, call in (("h0", lambda: glaref.forward(*args, p.h0, layout=passed, impl="numpy")),
+                       ("dh_T", lambda: glaref.vjp(*args, None, sw(p.do), p.dh_T, layout=passed,
+                                                   impl="numpy"))):
+        with pytest.raises(LayoutError) as e:
+            call()
+        msg = str(e.value)
+        assert msg.startswith(f"layout: got {passed!r}, but q {args[0].shape}"), msg
+        assert f"and {name} {p.h0.shape} fit {given!r} and not {passed!r}: the arrays look transposed" in msg, msg
+    # a state of the wrong size is still blamed on itself
+    with pytest.raises(ShapeError, match=r"^h0: got shape"):
+        glaref.forward(*args, p.h0[:, :2], layout=given, impl="numpy")
+
+
 # ---------------------------------------------------------------------------------------------
 # finite inputs whose results overflow float64: one warning naming the cause, on both impls
 

@@ -317,7 +317,7 @@ def plot(records: list[dict[str, Any]], path) -> None:
     calibrated verdict allows it on the same inputs (``allowed_ratio`` times the reference
     kernels' error): a solid line close under its dotted one is close to failing. In the time
     panel solid lines are fwd and dashed ones fwd_bwd. A red cross marks a point whose output
-    failed its verdict (either tier).
+    failed its verdict (either tier). The figure's title is the audit's verdict (``summary``).
     """
     import matplotlib
     matplotlib.use("Agg")
@@ -371,7 +371,7 @@ def plot(records: list[dict[str, Any]], path) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("seq")
         grad = panel in ("q", "k", "v", "log_alpha", "h0")
-        ax.set_title("median ms per call (-- fwd_bwd)" if panel == "time" else
+        ax.set_title("median ms per call" if panel == "time" else
                      f"rel_err d{panel}" if grad else f"rel_err {panel}")
         ax.grid(True, which="both", alpha=0.3)
     for ax in axes.ravel()[len(panels):]:
@@ -379,13 +379,16 @@ def plot(records: list[dict[str, Any]], path) -> None:
     handles = [Line2D([], [], color=colour[i], label=i) for i in impls]
     handles += [Line2D([], [], color="k", marker=marker[c], linestyle="", label=c) for c in configs]
     handles.append(Line2D([], [], color="k", linestyle="-", label="solid: measured rel_err"))
-    handles.append(Line2D([], [], color="k", linestyle=":", label="dotted: allowed rel_err"))
+    handles.append(Line2D([], [], color="k", linestyle=":", label=f"dotted: allowed rel_err "
+                          f"({_ratio():g}x the reference kernels')"))
     if has_fwd and any(r["mode"] == "fwd_bwd" for r in rows):
-        handles.append(Line2D([], [], color="k", linestyle="--", label="dashed (time): fwd_bwd"))
+        handles.append(Line2D([], [], color="k", linestyle="--", label="time: solid fwd, dashed fwd_bwd"))
     handles.append(Line2D([], [], color="red", marker="x", linestyle="", label="verdict failed"))
+    # the verdict in words above the panels (the summary line without its first failure)
+    fig.suptitle(summary(records)[1].split(" (first:", 1)[0], fontsize=10)
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8,
                frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
