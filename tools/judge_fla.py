@@ -17,8 +17,8 @@ layout [B, T, H, *] (float32, glaref's regimes, seed 0), the reference called wi
 ``glaref.testing.assert_close_to_oracle`` (the two-tier verdict of ``glaref audit``) on the inputs
 the reference received. What the verdict is told of each reference's structure (``chunk_size``)
 is in REFERENCES. Configs: the seed's four (``glaref.audit._presets.SEED_CONFIGS``, G = H: FLA's
-simple_gla has no grouped q/k) at T = 130 and 2048, and g1h1_d128 at T = 8192 with the batch cut
-to LONG_BATCH (autograd through a Python loop over 8192 steps keeps every step's state).
+simple_gla has no grouped q/k) at T = 130 and 2048, and g1h1_d128 at T = 8192, the batch cut
+where BATCH_CUT says (autograd through a Python loop keeps every step's state).
 
 The JSON (one record per case, rewritten after each case, so an interrupted run keeps what was
 measured; ``--resume`` skips the cases already there) and the text table are written together.
@@ -32,6 +32,7 @@ import gc
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import platform
 import sys
@@ -43,7 +44,12 @@ NAMES = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
 REGIMES = ("standard", "strong_decay", "near_one")
 SEQS = (130, 2048)
 LONG_CONFIG, LONG_SEQ = "g1h1_d128", 8192
-LONG_BATCH = 1          # g1h1_d128 at T = 8192: batch cut from 4 (time and autograd memory)
+# Batches cut from the seed's: the recurrent references keep every step's (B, H, K, V) state for
+# autograd (about three float32 copies per step: 4.9 GB peak measured for B=1 of g1h24 at T=2048),
+# and take ~50 s per case at that size on this 2-core machine. Cut so that one copy of every
+# step's state stays under ~1.6 GB: g2h8_d128 4 -> 1 (1.1 GB), g1h24 2 -> 1 (1.6 GB), g1h1_d128
+# at T = 8192 4 -> 2 (1.1 GB). The same inputs go to every reference.
+BATCH_CUT = {("g2h8_d128", 2048): 1, ("g1h24_dk128_dv64", 2048): 1, (LONG_CONFIG, LONG_SEQ): 2}
 QUICK_SEQS, QUICK_LONG_SEQ, QUICK_HEADS = (33, 130), 520, 2
 
 
@@ -98,10 +104,25 @@ def reference_function(name: str) -> Callable:
     return getattr(load_naive(REFERENCES[name].module), name)
 
 
+def exact_sum_grid(g):
+    """``g`` rounded to the coarsest power-of-two grid 2**-s on which every float32 partial sum
+    over time is exact (|sum| < 2**(24 - s)): cumulative sums, and differences of them, are then
+    exact, so decays exp(b_i - b_j) are as accurate as exp of any segment sum. A diagnostic: it
+    separates the rounding of cumsum-difference decays from every other error of a kernel."""
+    import torch
+
+    total = float(g.detach().abs().sum(dim=1).max()) if g.numel() else 0.0
+    s = 23 - max(0, math.ceil(math.log2(total + 1.0)))
+    if s < 4:
+        raise ValueError(f"g: total |log decay| {total:.3g} leaves a grid coarser than 2**-4")
+    return (torch.round(g.detach() * 2.0 ** s) / 2.0 ** s).requires_grad_(g.requires_grad)
+
+
 def run_case(name: str, fn: Callable, B: int, T: int, H: int, K: int, V: int, regime: str,
-             seed: int = 0):
+             seed: int = 0, exact_sums: bool = False):
     """Call reference ``name`` on one case and differentiate it: (actual, inputs, kernel_s), the
-    results under glaref's names and the inputs it received, both as the judge takes them."""
+    results under glaref's names and the inputs it received, both as the judge takes them.
+    exact_sums: the gates rounded by :func:`exact_sum_grid` first."""
     import torch
 
     from glaref.conventions import fla
@@ -109,6 +130,8 @@ def run_case(name: str, fn: Callable, B: int, T: int, H: int, K: int, V: int, re
     ref = REFERENCES[name]
     case = fla.gla_case if ref.gate == "vector" else fla.simple_gla_case
     q, k, v, g, h0, do, dht = case(B, T, H, K, V, dtype=torch.float32, seed=seed, regime=regime)
+    if exact_sums:
+        g = exact_sum_grid(g)
     t0 = time.perf_counter()
     if ref.state:
         o, ht = fn(q, k, v, g, initial_state=h0, output_final_state=True)
@@ -134,11 +157,11 @@ def _f(x):
 
 
 def judge_case(name: str, fn: Callable, config: str, B: int, T: int, H: int, K: int, V: int,
-               regime: str, seed: int = 0) -> dict[str, Any]:
+               regime: str, seed: int = 0, exact_sums: bool = False) -> dict[str, Any]:
     """One record: the reference run on one case and judged by ``assert_close_to_oracle``."""
     import glaref.testing as gt
 
-    actual, inputs, kernel_s = run_case(name, fn, B, T, H, K, V, regime, seed)
+    actual, inputs, kernel_s = run_case(name, fn, B, T, H, K, V, regime, seed, exact_sums)
     chunk = REFERENCES[name].chunk_size
     t0 = time.perf_counter()
     try:
@@ -163,7 +186,7 @@ def judge_case(name: str, fn: Callable, config: str, B: int, T: int, H: int, K: 
     worst_p = max(proven, key=proven.get) if proven else None
     failing = [n for n, r in outputs.items() if not r["ok"]]
     return {"reference": name, "config": config, "batch": B, "heads": H, "dk": K, "dv": V,
-            "seq": T, "regime": regime, "seed": seed, "dtype": "float32", "gate": REFERENCES[name].gate,
+            "seq": T, "regime": regime, "seed": seed, "exact_gate_sums": exact_sums, "dtype": "float32", "gate": REFERENCES[name].gate,
             "chunk_size": chunk, "structure": REFERENCES[name].structure,
             "not_computed": [n for n in NAMES if n not in outputs],
             "verdict": "ok" if not failing else "FAIL " + ",".join(failing),
@@ -174,7 +197,7 @@ def judge_case(name: str, fn: Callable, config: str, B: int, T: int, H: int, K: 
             "kernel_s": kernel_s, "judge_s": judge_s, "outputs": outputs}
 
 
-def plan(quick: bool, only: list[str], regimes: list[str], long_batch: int):
+def plan(quick: bool, only: list[str], regimes: list[str]):
     """[(reference, config, B, T, H, K, V, regime)]: every case of the run, cheapest first."""
     from glaref.audit._presets import SEED_CONFIGS
 
@@ -185,7 +208,7 @@ def plan(quick: bool, only: list[str], regimes: list[str], long_batch: int):
         for config, (B, _G, H, K, V) in SEED_CONFIGS.items():
             if T == long_seq and config != LONG_CONFIG:
                 continue
-            b = long_batch if T == long_seq else B
+            b = BATCH_CUT.get((config, T), B)
             h = min(H, QUICK_HEADS) if quick else H
             if quick:
                 b = 1
@@ -261,9 +284,11 @@ def _header(args, elapsed: float) -> dict[str, Any]:
             "machine": f"{platform.machine()} {platform.processor() or ''} "
                        f"{os.cpu_count()} cpus, torch threads {torch.get_num_threads()}".strip(),
             "dtype": "float32", "seed": args.seed,
-            "sizes": ("quick: B=1, heads <= 2" if args.quick else
-                      f"seed configs at T={SEQS}; {LONG_CONFIG} at T={LONG_SEQ} with B="
-                      f"{args.long_batch} (cut from 4)"),
+            "gates": ("rounded to a grid with exact float32 sums (--exact-gate-sums, diagnostic)"
+                      if args.exact_gate_sums else "as drawn"),
+            "sizes": (f"quick: B=1, heads <= {QUICK_HEADS}" if args.quick else
+                      f"seed configs (G = H) at T={SEQS}, {LONG_CONFIG} at T={LONG_SEQ}; batch cut "
+                      + ", ".join(f"{c} T={t}: B={b}" for (c, t), b in BATCH_CUT.items())),
             "elapsed_s": round(elapsed, 1)}
 
 
@@ -293,10 +318,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated references (default: all four)")
     ap.add_argument("--regimes", default=",".join(REGIMES))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--long-batch", type=int, default=LONG_BATCH,
-                    help=f"batch of {LONG_CONFIG} at T={LONG_SEQ}")
     ap.add_argument("--out", default="docs/reports/fla_cpu",
                     help="writes OUT.json and OUT.txt")
+    ap.add_argument("--exact-gate-sums", action="store_true",
+                    help="diagnostic: round the gates to a grid on which float32 cumulative sums "
+                         "are exact (separates cumsum-difference decay rounding from the rest)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads (1: the Python loops' small ops gain nothing "
                          "from more, and spin-waiting threads slow down on a shared machine)")
@@ -313,8 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [s for s in regimes if s not in _regimes.REGIMES]
     if bad or not regimes:
         ap.error(f"--regimes: got {bad or args.regimes!r}, expected some of {list(_regimes.REGIMES)}")
-    if args.seed < 0 or args.long_batch < 1:
-        ap.error("--seed must be >= 0 and --long-batch >= 1")
+    if args.seed < 0:
+        ap.error(f"--seed: got {args.seed}, expected >= 0")
     if args.threads < 1:
         ap.error(f"--threads: got {args.threads}, expected >= 1")
     try:
@@ -332,11 +358,12 @@ def main(argv: list[str] | None = None) -> int:
     done = {(r["reference"], r["config"], r["batch"], r["seq"], r["heads"], r["regime"])
             for r in records}
     t_start = time.perf_counter() - sum(r["kernel_s"] + r["judge_s"] for r in records)
-    cases = plan(args.quick, only, regimes, args.long_batch)
+    cases = plan(args.quick, only, regimes)
     for i, (name, config, B, T, H, K, V, regime) in enumerate(cases):
         if (name, config, B, T, H, regime) in done:
             continue
-        rec = judge_case(name, fns[name], config, B, T, H, K, V, regime, args.seed)
+        rec = judge_case(name, fns[name], config, B, T, H, K, V, regime, args.seed,
+                         args.exact_gate_sums)
         records.append(rec)
         gc.collect()
         write(args.out, records, _header(args, time.perf_counter() - t_start))
