@@ -17,8 +17,8 @@ layout [B, T, H, *] (float32, glaref's regimes, seed 0), the reference called wi
 ``glaref.testing.assert_close_to_oracle`` (the two-tier verdict of ``glaref audit``) on the inputs
 the reference received. What the verdict is told of each reference's structure (``chunk_size``)
 is in REFERENCES. Configs: the seed's four (``glaref.audit._presets.SEED_CONFIGS``, G = H: FLA's
-simple_gla has no grouped q/k) at T = 130 and 2048, and g1h1_d128 at T = 8192, the batch cut
-where BATCH_CUT says (autograd through a Python loop keeps every step's state).
+simple_gla has no grouped q/k) at T = 130 and 2048, and g1h1_d128 at T = 8192, batch and heads
+cut where SIZE_CUT says (autograd through a Python loop keeps every step's state).
 
 The JSON (one record per case, rewritten after each case, so an interrupted run keeps what was
 measured; ``--resume`` skips the cases already there) and the text table are written together.
@@ -44,12 +44,14 @@ NAMES = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
 REGIMES = ("standard", "strong_decay", "near_one")
 SEQS = (130, 2048)
 LONG_CONFIG, LONG_SEQ = "g1h1_d128", 8192
-# Batches cut from the seed's: the recurrent references keep every step's (B, H, K, V) state for
-# autograd (about three float32 copies per step: 4.9 GB peak measured for B=1 of g1h24 at T=2048),
-# and take ~50 s per case at that size on this 2-core machine. Cut so that one copy of every
-# step's state stays under ~1.6 GB: g2h8_d128 4 -> 1 (1.1 GB), g1h24 2 -> 1 (1.6 GB), g1h1_d128
-# at T = 8192 4 -> 2 (1.1 GB). The same inputs go to every reference.
-BATCH_CUT = {("g2h8_d128", 2048): 1, ("g1h24_dk128_dv64", 2048): 1, (LONG_CONFIG, LONG_SEQ): 2}
+# Sizes cut from the seed's (B, H), the same inputs going to every reference: the recurrent
+# references keep every step's (B, H, K, V) state for autograd (about three float32 copies per
+# step: 4.9 GB peak measured for B=1 of g1h24 at T=2048) and took 100-270 s per case for B=1 of
+# g2h8_d128 at T=2048 on this shared 2-core machine (load average 7-12 during the run), which
+# would have put the whole grid well past 40 minutes. Cut to (B, H): g2h8_d128 at T=2048 to B=1
+# (H=8 kept), g1h24 at T=2048 to B=1 and H=8 heads of 24, g1h1_d128 at T=8192 to B=1.
+SIZE_CUT = {("g2h8_d128", 2048): (1, 8), ("g1h24_dk128_dv64", 2048): (1, 8),
+            (LONG_CONFIG, LONG_SEQ): (1, 1)}
 QUICK_SEQS, QUICK_LONG_SEQ, QUICK_HEADS = (33, 130), 520, 2
 
 
@@ -119,19 +121,24 @@ def exact_sum_grid(g):
 
 
 def run_case(name: str, fn: Callable, B: int, T: int, H: int, K: int, V: int, regime: str,
-             seed: int = 0, exact_sums: bool = False):
-    """Call reference ``name`` on one case and differentiate it: (actual, inputs, kernel_s), the
-    results under glaref's names and the inputs it received, both as the judge takes them.
-    exact_sums: the gates rounded by :func:`exact_sum_grid` first."""
+             seed: int = 0, exact_sums: bool = False, *, ref: Reference | None = None,
+             dtype: str = "float32", device: str = "cpu"):
+    """Call ``fn`` (FLA's signature; ``ref`` says what it takes, by default REFERENCES[name]) on
+    one case and differentiate it: (actual, inputs, kernel_s), the results under glaref's names
+    and the inputs it received, both as the judge takes them. exact_sums: the gates rounded by
+    :func:`exact_sum_grid` first. dtype, device: of the inputs (torch names)."""
     import torch
 
     from glaref.conventions import fla
 
-    ref = REFERENCES[name]
+    ref = REFERENCES[name] if ref is None else ref
     case = fla.gla_case if ref.gate == "vector" else fla.simple_gla_case
-    q, k, v, g, h0, do, dht = case(B, T, H, K, V, dtype=torch.float32, seed=seed, regime=regime)
+    q, k, v, g, h0, do, dht = case(B, T, H, K, V, dtype=getattr(torch, dtype), seed=seed,
+                                   regime=regime, device=device)
     if exact_sums:
         g = exact_sum_grid(g)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    sync()
     t0 = time.perf_counter()
     if ref.state:
         o, ht = fn(q, k, v, g, initial_state=h0, output_final_state=True)
@@ -141,6 +148,7 @@ def run_case(name: str, fn: Callable, B: int, T: int, H: int, K: int, V: int, re
         ht = h0 = dht = None
         loss = (o * do).sum()
     loss.backward()
+    sync()
     kernel_s = time.perf_counter() - t0
     dh0 = None if h0 is None else h0.grad
     if ref.gate == "vector":
@@ -157,15 +165,21 @@ def _f(x):
 
 
 def judge_case(name: str, fn: Callable, config: str, B: int, T: int, H: int, K: int, V: int,
-               regime: str, seed: int = 0, exact_sums: bool = False) -> dict[str, Any]:
-    """One record: the reference run on one case and judged by ``assert_close_to_oracle``."""
+               regime: str, seed: int = 0, exact_sums: bool = False, *,
+               ref: Reference | None = None, dtype: str = "float32", device: str = "cpu",
+               compute_dtype: str | None = None) -> dict[str, Any]:
+    """One record: ``fn`` run on one case (:func:`run_case`) and judged by
+    ``assert_close_to_oracle`` (compute_dtype: "tf32" for float32 Triton ``tl.dot``s)."""
     import glaref.testing as gt
 
-    actual, inputs, kernel_s = run_case(name, fn, B, T, H, K, V, regime, seed, exact_sums)
-    chunk = REFERENCES[name].chunk_size
+    ref = REFERENCES[name] if ref is None else ref
+    actual, inputs, kernel_s = run_case(name, fn, B, T, H, K, V, regime, seed, exact_sums,
+                                        ref=ref, dtype=dtype, device=device)
+    chunk = ref.chunk_size
     t0 = time.perf_counter()
     try:
-        per = gt.assert_close_to_oracle(actual, inputs, chunk_size=chunk)
+        per = gt.assert_close_to_oracle(actual, inputs, chunk_size=chunk,
+                                        compute_dtype=compute_dtype)
     except AssertionError as exc:
         per = getattr(exc, "assessments", None)
         if per is None:
@@ -186,8 +200,9 @@ def judge_case(name: str, fn: Callable, config: str, B: int, T: int, H: int, K: 
     worst_p = max(proven, key=proven.get) if proven else None
     failing = [n for n, r in outputs.items() if not r["ok"]]
     return {"reference": name, "config": config, "batch": B, "heads": H, "dk": K, "dv": V,
-            "seq": T, "regime": regime, "seed": seed, "exact_gate_sums": exact_sums, "dtype": "float32", "gate": REFERENCES[name].gate,
-            "chunk_size": chunk, "structure": REFERENCES[name].structure,
+            "seq": T, "regime": regime, "seed": seed, "exact_gate_sums": exact_sums,
+            "dtype": dtype, "compute_dtype": compute_dtype or dtype, "device": device,
+            "gate": ref.gate, "chunk_size": chunk, "structure": ref.structure,
             "not_computed": [n for n in NAMES if n not in outputs],
             "verdict": "ok" if not failing else "FAIL " + ",".join(failing),
             "worst_output": worst, "worst_x_ref": outputs[worst]["x_ref"] if worst else None,
@@ -208,10 +223,9 @@ def plan(quick: bool, only: list[str], regimes: list[str]):
         for config, (B, _G, H, K, V) in SEED_CONFIGS.items():
             if T == long_seq and config != LONG_CONFIG:
                 continue
-            b = BATCH_CUT.get((config, T), B)
-            h = min(H, QUICK_HEADS) if quick else H
+            b, h = SIZE_CUT.get((config, T), (B, H))
             if quick:
-                b = 1
+                b, h = 1, min(H, QUICK_HEADS)
             for name in only:
                 for regime in regimes:
                     rows.append((name, config, b, T, h, K, V, regime))
@@ -222,8 +236,14 @@ def _fig(x, fmt="{:.3g}"):
     return "-" if x is None else fmt.format(x)
 
 
+def _dtype(r: dict[str, Any]) -> str:
+    """The dtype column: the inputs' dtype, and the arithmetic judged when it differs (tf32)."""
+    cd = r.get("compute_dtype") or r["dtype"]
+    return r["dtype"] if cd == r["dtype"] else f"{r['dtype']}/{cd}"
+
+
 def table(records: list[dict[str, Any]], header: dict[str, Any]) -> str:
-    head = ("reference", "config", "B", "H", "T", "regime") + tuple(
+    head = ("reference", "config", "B", "H", "T", "regime", "dtype") + tuple(
         ("d" + n if n not in ("o", "h_T") else n) for n in NAMES) + (
         "worst/allowed", "proven", "verdict")
     rows = [head]
@@ -234,7 +254,7 @@ def table(records: list[dict[str, Any]], header: dict[str, Any]) -> str:
         proven = (f"{r['worst_proven_fraction']:.1e} ({r['worst_proven_output']})"
                   if r["worst_proven_output"] else "-")
         rows.append((r["reference"], r["config"], str(r["batch"]), str(r["heads"]),
-                     str(r["seq"]), r["regime"], *x, worst, proven, r["verdict"]))
+                     str(r["seq"]), r["regime"], _dtype(r), *x, worst, proven, r["verdict"]))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = [f"# {k}: {v}" for k, v in header.items()]
     lines.append("")
@@ -259,16 +279,15 @@ def table(records: list[dict[str, Any]], header: dict[str, Any]) -> str:
     lines.append("Worst per reference and T:")
     seen: dict[tuple, dict] = {}
     for r in records:
-        key = (r["reference"], r["seq"])
+        key = (r["reference"], _dtype(r), r["seq"])
         if key not in seen or (r["worst_ratio_to_allowed"] or 0) > (
                 seen[key]["worst_ratio_to_allowed"] or 0):
             seen[key] = r
-        seen[key].setdefault("_fails", 0)
-    for (name, T), r in seen.items():
-        fails = sum(1 for x in records if (x["reference"], x["seq"]) == (name, T)
-                    and x["verdict"] != "ok")
-        n = sum(1 for x in records if (x["reference"], x["seq"]) == (name, T))
-        lines.append(f"  {name:28s} T={T:<5d} worst x_ref/allowed {_fig(r['worst_ratio_to_allowed'])}"
+    for (name, dt, T), r in seen.items():
+        mine = [x for x in records if (x["reference"], _dtype(x), x["seq"]) == (name, dt, T)]
+        fails = sum(1 for x in mine if x["verdict"] != "ok")
+        n = len(mine)
+        lines.append(f"  {name:28s} {dt:8s} T={T:<5d} worst x_ref/allowed {_fig(r['worst_ratio_to_allowed'])}"
                      f" ({r['worst_output']}, {r['config']}, {r['regime']}); {n - fails}/{n} ok")
     return "\n".join(lines) + "\n"
 
@@ -287,8 +306,8 @@ def _header(args, elapsed: float) -> dict[str, Any]:
             "gates": ("rounded to a grid with exact float32 sums (--exact-gate-sums, diagnostic)"
                       if args.exact_gate_sums else "as drawn"),
             "sizes": (f"quick: B=1, heads <= {QUICK_HEADS}" if args.quick else
-                      f"seed configs (G = H) at T={SEQS}, {LONG_CONFIG} at T={LONG_SEQ}; batch cut "
-                      + ", ".join(f"{c} T={t}: B={b}" for (c, t), b in BATCH_CUT.items())),
+                      f"seed configs (G = H) at T={SEQS}, {LONG_CONFIG} at T={LONG_SEQ}; cut "
+                      + ", ".join(f"{c} T={t} to B={b} H={h}" for (c, t), (b, h) in SIZE_CUT.items())),
             "elapsed_s": round(elapsed, 1)}
 
 
@@ -362,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, (name, config, B, T, H, K, V, regime) in enumerate(cases):
         if (name, config, B, T, H, regime) in done:
             continue
+        torch.set_num_threads(args.threads)     # the judge's thread limits may reset it
         rec = judge_case(name, fns[name], config, B, T, H, K, V, regime, args.seed,
                          args.exact_gate_sums)
         records.append(rec)
