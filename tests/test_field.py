@@ -43,7 +43,7 @@ def _reference(name: str):
 
 # B, T, H, K, V: T = 130 crosses two chunk boundaries of naive_chunk_simple_gla's 64 and leaves a
 # ragged last chunk; the key and value widths of the seed's g2h4_dk48_dv40 config
-CASE = dict(B=1, T=130, H=2, K=48, V=40)
+CASE = {"B": 1, "T": 130, "H": 2, "K": 48, "V": 40}
 
 
 def _judge(name: str, regime: str, exact_sums: bool) -> dict:

@@ -36,8 +36,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import judge_fla  # noqa: E402  (tools/judge_fla.py: cases, judging, report format)
-from judge_fla import REFERENCES, Reference  # noqa: E402
+import judge_fla  # tools/judge_fla.py: cases, judging, report format
+from judge_fla import REFERENCES, Reference
 
 # name: (module, Reference, naive stand-in on CPU, compute dtype of float32 inputs)
 KERNELS = {
@@ -82,9 +82,9 @@ def load(name: str, backend: str):
     """(callable, what ran, skip reason): the Triton kernel on a GPU; on CPU the naive stand-in."""
     module, _ref, naive, _cd = KERNELS[name]
     if backend == "cpu":
-        return (judge_fla.reference_function(naive), naive,
-                f"{name}: Triton kernel needs a CUDA GPU (BACKEND=cpu): fla-core's {naive} "
-                "ran in its place, at CPU sizes")
+        why = (f"{name}: Triton kernel needs a CUDA GPU (BACKEND=cpu): fla-core's {naive} ran "
+               "in its place, at CPU sizes")
+        return judge_fla.reference_function(naive), naive, why
     import torch
     if not torch.cuda.is_available():
         raise judge_fla.MissingField("torch sees no CUDA device (use --backend cpu for a dry run)")
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         h = judge_fla._header(args, time.perf_counter() - t_start)
         h["tool"] = "tools/gpu_fla.py " + " ".join(args.argv)
         h["device"] = (torch.cuda.get_device_name(0) if device == "cuda"
-                       else f"cpu (BACKEND=cpu dry run: no Triton kernel ran)")
+                       else "cpu (BACKEND=cpu dry run: no Triton kernel ran)")
         h["sizes"] = ("quick: B=1, heads <= 2" if quick else
                       f"seed configs (G = H) at T={judge_fla.SEQS}, {judge_fla.LONG_CONFIG} at "
                       f"T={judge_fla.LONG_SEQ}, the seed's batch")
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rec = judge_fla.judge_case(ran, fn, config, B, T, H, K, V, regime, ref=ref,
                                        dtype=dtype, device=device, compute_dtype=cdtype)
-        except Exception as exc:             # a kernel that raises fails its case
+        except Exception as exc:  # noqa: BLE001 (a kernel that raises, anyhow, fails its case)
             rec = {"reference": ran, "config": config, "batch": B, "heads": H, "dk": K, "dv": V,
                    "seq": T, "regime": regime, "dtype": dtype, "compute_dtype": cdtype or dtype,
                    "device": device, "verdict": f"FAIL raised {type(exc).__name__}: "

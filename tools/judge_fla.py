@@ -37,8 +37,9 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 NAMES = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
 REGIMES = ("standard", "strong_decay", "near_one")
@@ -259,11 +260,12 @@ def table(records: list[dict[str, Any]], header: dict[str, Any]) -> str:
     lines = [f"# {k}: {v}" for k, v in header.items()]
     lines.append("")
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    lines += ["", "Columns o .. dh0: x_ref, each output's normwise error over that of glaref's "
+    legend = ("Columns o .. dh0: x_ref, each output's normwise error over that of glaref's "
               "same-precision reference kernels on the same inputs (calibrated tier; allowed "
               f"{records[0]['allowed_ratio'] if records else '-'}x; '-' = not computed). "
               "worst/allowed: the largest x_ref / allowed (verdict ok at <= 1) and its output. "
-              "proven: the largest budget_ulps / proven bound (ok at <= 1).", ""]
+              "proven: the largest budget_ulps / proven bound (ok at <= 1).")
+    lines += ["", legend, ""]
     failed = [r for r in records if r["verdict"] != "ok"]
     if failed:
         lines.append("Failing outputs:")
