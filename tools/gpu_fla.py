@@ -12,7 +12,9 @@ inputs they received (tools/judge_fla.py's ``judge_case``: same cases, same reco
 What the verdict is told (KERNELS): the chunk kernels' 64-step chunks and TF32 matmuls for float32
 (Triton's ``tl.dot`` default on NVIDIA GPUs; FLA's simple_gla/gla kernels do not turn it off), the
 fused recurrent kernels' step-by-step float32 arithmetic (no ``tl.dot``); bfloat16 inputs are
-judged with float32 accumulation (glaref's default, what FLA's kernels do).
+judged with float32 accumulation (glaref's default, what FLA's kernels do), and for the chunk
+kernels with bfloat16 matmul operands (``operand_dtype``: they cast their float32 states and
+scores to the input dtype before each ``tl.dot``).
 
 With ``--backend cpu`` the Triton kernels are skipped with the reason recorded (they need a CUDA
 GPU), and fla-core's pure-torch references stand in for them at the same sizes and dtypes, so
@@ -165,10 +167,15 @@ def main(argv: list[str] | None = None) -> int:
         _module, ref, _naive, cd32 = KERNELS[name]
         if ran != name:                          # the CPU stand-in: judged as what it is
             ref = REFERENCES[ran]
-        cdtype = cd32 if (dtype == "float32" and ran == name) else None
+        triton = ran == name
+        cdtype = cd32 if (dtype == "float32" and triton) else None
+        # FLA's bfloat16 chunk kernels round their float32 states and scores to bfloat16 before
+        # each tl.dot (cd32 == "tf32" marks the kernels with tl.dot)
+        operand = "bfloat16" if (dtype == "bfloat16" and triton and cd32 == "tf32") else None
         try:
             rec = judge_fla.judge_case(ran, fn, config, B, T, H, K, V, regime, ref=ref,
-                                       dtype=dtype, device=device, compute_dtype=cdtype)
+                                       dtype=dtype, device=device, compute_dtype=cdtype,
+                                       operand_dtype=operand)
         except Exception as exc:  # noqa: BLE001 (a kernel that raises, anyhow, fails its case)
             rec = {"reference": ran, "config": config, "batch": B, "heads": H, "dk": K, "dv": V,
                    "seq": T, "regime": regime, "dtype": dtype, "compute_dtype": cdtype or dtype,

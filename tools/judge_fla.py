@@ -168,9 +168,12 @@ def _f(x):
 def judge_case(name: str, fn: Callable, config: str, B: int, T: int, H: int, K: int, V: int,
                regime: str, seed: int = 0, exact_sums: bool = False, *,
                ref: Reference | None = None, dtype: str = "float32", device: str = "cpu",
-               compute_dtype: str | None = None) -> dict[str, Any]:
+               compute_dtype: str | None = None,
+               operand_dtype: str | None = None) -> dict[str, Any]:
     """One record: ``fn`` run on one case (:func:`run_case`) and judged by
-    ``assert_close_to_oracle`` (compute_dtype: "tf32" for float32 Triton ``tl.dot``s)."""
+    ``assert_close_to_oracle`` (compute_dtype: "tf32" for float32 Triton ``tl.dot``s;
+    operand_dtype: "bfloat16" for bfloat16 Triton kernels that round their float32 states and
+    scores to bfloat16 before each ``tl.dot``)."""
     import glaref.testing as gt
 
     ref = REFERENCES[name] if ref is None else ref
@@ -180,7 +183,7 @@ def judge_case(name: str, fn: Callable, config: str, B: int, T: int, H: int, K: 
     t0 = time.perf_counter()
     try:
         per = gt.assert_close_to_oracle(actual, inputs, chunk_size=chunk,
-                                        compute_dtype=compute_dtype)
+                                        compute_dtype=compute_dtype, operand_dtype=operand_dtype)
     except AssertionError as exc:
         per = getattr(exc, "assessments", None)
         if per is None:
@@ -203,6 +206,7 @@ def judge_case(name: str, fn: Callable, config: str, B: int, T: int, H: int, K: 
     return {"reference": name, "config": config, "batch": B, "heads": H, "dk": K, "dv": V,
             "seq": T, "regime": regime, "seed": seed, "exact_gate_sums": exact_sums,
             "dtype": dtype, "compute_dtype": compute_dtype or dtype, "device": device,
+            "operand_dtype": operand_dtype,
             "gate": ref.gate, "chunk_size": chunk, "structure": ref.structure,
             "not_computed": [n for n in NAMES if n not in outputs],
             "verdict": "ok" if not failing else "FAIL " + ",".join(failing),
