@@ -267,10 +267,6 @@ def _received(args: dict[str, Any]):
         raise ValueError(f"scale: got {scale}, expected a finite number")
     arrays = {n: None if args.get(n) is None else to_host_float64(args[n], n) for n in _ARRAYS}
     p = canonicalize(*(arrays[n] for n in _ARRAYS), layout=layout)
-    if p.log_alpha.ndim != 3:
-        from ._errors import ShapeError
-        raise ShapeError(f"log_alpha: got shape {args['log_alpha'].shape} (vector gates), expected "
-                         "scalar gates (B, H, T) in the layout: the verdict judges scalar gates only")
     for n in ("q", "k", "v"):
         x = getattr(p, n)
         r = round_to_dtype(x, dtype)
@@ -308,7 +304,7 @@ def _judged_values(actual: Mapping[str, Any], p, layout: str):
                         "of output names to dtype names")
     d = p.dims
     shapes = {"o": (d.B, d.H, d.T, d.dv), "h_T": (d.B, d.H, d.dk, d.dv), "q": (d.B, d.G, d.T, d.dk),
-              "k": (d.B, d.G, d.T, d.dk), "v": (d.B, d.H, d.T, d.dv), "log_alpha": (d.B, d.H, d.T),
+              "k": (d.B, d.G, d.T, d.dk), "v": (d.B, d.H, d.T, d.dv), "log_alpha": p.log_alpha.shape,
               "h0": (d.B, d.H, d.dk, d.dv)}
     values, dtypes, skipped = {}, {}, []
     for name in NAMES:
@@ -410,8 +406,12 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
     inputs (NumPy/Numba: no JAX at any dtype) and within the proven worst-case bound. Otherwise
     AssertionError with a table of every judged output (tier, ratio to the reference kernels,
     rel_err of both, budget_ulps and the proven bound, max_abs_err and its index, first
-    non-finite index; indices in ``layout``). Bad arguments raise ValueError or TypeError
-    subclasses naming the argument.
+    non-finite index; indices in ``layout``), whose attribute ``assessments`` holds the figures
+    the function would have returned (for reports that record failing cases too). Bad arguments
+    raise ValueError or TypeError subclasses naming the argument.
+
+    Vector gates (GLA: log_alpha (B, H, T, dk), ``fla.gla_inputs``) are judged like scalar ones;
+    dlog_alpha then has log_alpha's shape.
     """
     __tracebackhide__ = True
     from . import _judge
@@ -454,7 +454,7 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
     if bad:
         worst = {n: _worst_at(values[n], truth.reference(n, final), _KIND[n], lay) for n in per}
         d = p.dims
-        raise AssertionError(
+        exc = AssertionError(
             f"kernel outputs disagree with the glaref oracle on {len(bad)} of {len(per)} judged "
             f"outputs (dtype {dt}, compute dtype {cdtype}, accumulate_dtype {acc}, operand_dtype "
             f"{operand_dtype}, chunk_size="
@@ -465,4 +465,6 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
               "on the same inputs, the calibrated tier, failing above allowed; budget_ulps: max "
               "|x - ref| in units of u x the element's sum of |terms|, the proven tier, failing "
               "above proven_bound, which no correct kernel exceeds)")
+        exc.assessments = per      # the figures of every judged output, for reports
+        raise exc
     return per

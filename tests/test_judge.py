@@ -471,7 +471,9 @@ def test_bad_arguments_name_the_argument():
         gt.assert_close_to_oracle(actual, **inputs, chunk_size=0)
     with pytest.raises(ValueError, match=r"scale: got 'x', expected a real number"):
         gt.assert_close_to_oracle(actual, **inputs, scale="x")
-    with pytest.raises(ShapeError, match=r"log_alpha: got shape \(1, 2, 6, 4\) \(vector gates\)"):
+    # vector gates are judged too: dlog_alpha then has log_alpha's shape (B, H, T, dk)
+    with pytest.raises(ShapeError, match=r"actual\['log_alpha'\]: got shape \(1, 2, 6\), expected "
+                                         r"\(1, 2, 6, 4\)"):
         vector = np.repeat(inputs["log_alpha"][..., None], 4, axis=-1)
         gt.assert_close_to_oracle(actual, **{**inputs, "log_alpha": vector})
     with pytest.raises(ShapeError, match=r"k: got shape"):

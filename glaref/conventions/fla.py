@@ -28,8 +28,11 @@ are accepted too. q with *more* heads than v (several query heads reading one st
 recurrence's grouping and is refused. Variable-length batches (``cu_seqlens``) are not handled:
 split them into a batch first.
 
-FLA's gla with per-channel (vector) gates ``gk`` [B, T, H, K] is not here yet: it needs glaref's
-vector gates (issue 13); it will be a ``gla_*`` family beside this one.
+gla (``chunk_gla``, ``fused_recurrent_gla``, ``naive_recurrent_gla``) has per-key-dimension
+(vector) gates ``g`` (``gk`` in the recurrent ones) [B, T, H, K]: S_t = diag(exp(g_t)) S_{t-1} +
+k_t^T v_t, otherwise as simple_gla. That is glaref's vector gate (``log_alpha`` (B, H, T, dk),
+docs/math.md section 9): the ``gla_*`` functions below map it the same way, dg (= dlog_alpha)
+of shape [B, T, H, K]. ``gv`` (gates on the value dimension) has no glaref counterpart.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from .._frameworks import dtype_name, to_host_float64
 from .._inputs import Dims, canonicalize, from_canonical, to_canonical
 from . import LOG_ALPHA_BT_SUM
 
-__all__ = ["simple_gla_case", "simple_gla_from_glaref", "simple_gla_inputs", "simple_gla_outputs",
+__all__ = ["gla_case", "gla_inputs", "gla_outputs", "simple_gla_case", "simple_gla_from_glaref", "simple_gla_inputs", "simple_gla_outputs",
            "simple_gla_reference", "simple_gla_scales"]
 
 
@@ -245,3 +248,51 @@ def _as_framework(arrays, dtype, framework: str, device: str, grads):
         npd = _numpy_dtype(dtype if isinstance(dtype, str) else np.dtype(dtype).name)
         return tuple(None if a is None else np.ascontiguousarray(a).astype(npd) for a in arrays)
     raise ValueError(f"framework: got {framework!r}, expected 'torch' or 'numpy'")
+
+
+# ---------------------------------------------------------------- gla: vector gates
+
+def gla_inputs(q, k, v, g, scale=None, initial_state=None, do=None, dht=None,
+               state_v_first: bool = False) -> dict[str, Any]:
+    """glaref's problem for a gla call (vector gates ``g`` [B, T, H, K], FLA's ``gk``), as
+    :func:`simple_gla_inputs` gives it for simple_gla: log_alpha is g in the "bhtd" layout,
+    (B, H, T, K)."""
+    qa, va, ga = to_host_float64(q, "q"), to_host_float64(v, "v"), to_host_float64(g, "g")
+    _ndim(qa, "q", 4, "4 dims [B, T, H, K]")
+    _ndim(va, "v", 4, "4 dims [B, T, H, V]")
+    B, T, _, K = qa.shape
+    H = va.shape[2]
+    if ga.shape != (B, T, H, K):
+        raise ShapeError(f"g: got shape {ga.shape}, expected {(B, T, H, K)} [B, T, H, K] "
+                         "(one log decay per key dimension)")
+    m = simple_gla_inputs(q, k, v, None, None, scale, initial_state, do, dht, state_v_first)
+    m["log_alpha"] = to_canonical(ga, "gate", "bthd")
+    return m
+
+
+def gla_outputs(o=None, ht=None, dq=None, dk=None, dv=None, dg=None, dh0=None, *,
+                state_v_first: bool = False) -> dict[str, Any]:
+    """A gla kernel's results under glaref's names, as :func:`simple_gla_outputs` (dg [B, T, H, K]
+    becomes log_alpha's gradient, (B, H, T, K))."""
+    out = simple_gla_outputs(o, ht, dq, dk, dv, None, dh0, state_v_first=state_v_first)
+    if dg is not None:
+        a = to_host_float64(dg, "dg")
+        _ndim(a, "dg", 4, "4 dims [B, T, H, K]")
+        out["log_alpha"] = to_canonical(a, "gate", "bthd")
+        out["dtypes"]["log_alpha"] = dtype_name(dg)
+    return out
+
+
+def gla_case(B: int, T: int, H: int, K: int, V: int, dtype: Any = "float32", seed: int = 0,
+             regime: str = "standard", framework: str = "torch", device: str = "cpu",
+             state_v_first: bool = False):
+    """Random gla inputs and cotangents in FLA's layout, ``(q, k, v, g, h0, do, dht)`` with g
+    [B, T, H, K]: glaref's regime drawn with vector gates, otherwise as :func:`simple_gla_case`."""
+    from .. import regimes
+
+    p = regimes.make_inputs(regime, Dims(B, H, H, T, K, V), seed, gate="vector")
+    arrays = [from_canonical(p.q, "qk", "bthd"), from_canonical(p.k, "qk", "bthd"),
+              from_canonical(p.v, "v", "bthd"), from_canonical(p.log_alpha, "gate", "bthd"),
+              _state_out(p.h0, state_v_first), from_canonical(p.do, "v", "bthd"),
+              _state_out(p.dh_T, state_v_first)]
+    return _as_framework(arrays, dtype, framework, device, grads=(True,) * 5 + (False,) * 2)
