@@ -33,10 +33,8 @@ from typing import NamedTuple
 import numpy as np
 
 from . import _inputs
-from ._inputs import Dims, Problem
+from ._inputs import _KIND, OUTPUTS, Dims, Problem
 from .tolerances import SMALLEST_NORMAL, UNIT_ROUNDOFF, lookup
-
-OUTPUTS = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
 
 
 class Scales(NamedTuple):
@@ -54,15 +52,11 @@ class Scales(NamedTuple):
     log_alpha_identity: np.ndarray | None
 
 
-def _per_head(x: np.ndarray, H: int) -> np.ndarray:
-    return np.repeat(x, H // x.shape[1], axis=1)
-
-
 def problem_scales(p: Problem, scale: float = 1.0, impl: str = "numba") -> dict[str, np.ndarray]:
     """Per-element scales of canonical problem ``p``: keys o, h_T and, when ``p.do`` is given,
     q, k, v, log_alpha (direct form), h0 and log_alpha_identity. Arrays are canonical "bhtd"."""
     from ._oracle import _backend
-    from ._reference import suffix_sums
+    from ._reference import _group_sum, dlog_alpha_identity
 
     be = _backend(impl)
     a = np.abs
@@ -76,18 +70,13 @@ def problem_scales(p: Problem, scale: float = 1.0, impl: str = "numba") -> dict[
     adh = None if p.dh_T is None else a(p.dh_T)
     dqh, dkh, dv, dla, dh0 = be.vjp(aq, ak, av, p.log_alpha, ah0, a(p.do), adh, s, per_head=True,
                                     cu_seqlens=cu)
-    G, H = p.q.shape[1], p.v.shape[1]
-    B, _, T, dk = p.q.shape
-    out["q"] = dqh.reshape(B, G, H // G, T, dk).sum(axis=2)
-    out["k"] = dkh.reshape(B, G, H // G, T, dk).sum(axis=2)
+    out["q"], out["k"] = _group_sum(dqh, p.dims.G), _group_sum(dkh, p.dims.G)
     out["v"], out["log_alpha"], out["h0"] = dv, dla, dh0
-    # vector gates: the identity per key dimension (docs/math.md, section 9), so no sum over dk
-    pair = "bhtk,bhtk->bhtk" if p.vector_gate else "bhtk,bhtk->bht"
-    terms = (np.einsum(pair, _per_head(aq, H), dqh) + np.einsum(pair, _per_head(ak, H), dkh))
-    final = None
-    if adh is not None:
-        final = np.einsum("nhkv,nhkv->nhk" if p.vector_gate else "nhkv,nhkv->nh", h_T, adh)
-    out["log_alpha_identity"] = suffix_sums(terms, final, cu)
+    # the identity's own terms in absolute value: sum_{s >= t} (|q_s| . sdq_s + |k_s| . sdk_s)
+    # + <s_hT, |dh_T|>; k enters the identity with a minus sign, so -|k| makes every term
+    # positive (exactly: negation commutes with rounding). Vector gates: per key dimension.
+    out["log_alpha_identity"] = dlog_alpha_identity(aq, -ak, dqh, dkh, h_T, adh,
+                                                    vector=p.vector_gate, cu_seqlens=cu)
     return out
 
 
@@ -111,8 +100,7 @@ def scales(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, scale=1.0, layout
     with _quiet():
         d = problem_scales(p, scale, impl)
     f = _inputs.from_canonical
-    kinds = {"o": "v", "h_T": "state", "q": "qk", "k": "qk", "v": "v", "log_alpha": "gate",
-             "h0": "state", "log_alpha_identity": "gate"}
+    kinds = {**{n: _KIND[n] for n in OUTPUTS}, "log_alpha_identity": _KIND["log_alpha"]}
     out = Scales(**{name: (f(d[name], kind, layout) if name in d else None)
                     for name, kind in kinds.items()})
     _warn_nonfinite(f"glaref.scales (impl={impl!r})", p, scale,

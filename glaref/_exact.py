@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from ._inputs import Problem
+from ._inputs import ARRAYS, Problem
 
 MP_DPS = 50
 
@@ -40,7 +40,7 @@ def closed_form(p: Problem, scale: float, mp) -> dict[str, np.ndarray]:
     def cv(x):
         return np.vectorize(F, otypes=[object])(x) if x.size else np.empty(x.shape, object)
 
-    q, k, v, la, h0, do, dh = (cv(getattr(p, n)) for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T"))
+    q, k, v, la, h0, do, dh = (cv(getattr(p, n)) for n in ARRAYS)
 
     def dot(a, b):
         return mp.fsum(x * y for x, y in zip(a, b))

@@ -30,13 +30,10 @@ from typing import Any, Callable
 import numpy as np
 
 from ._errors import DTypeError
-from ._inputs import (_KIND, Problem, check_layout, from_canonical, output_problem, to_canonical,
-                      to_float64)
+from ._inputs import (_KIND, ARRAYS, DTYPES, FORWARD, GRADS, Problem, check_layout, from_canonical,
+                      kernel_returns, to_canonical, to_float64)
 
 FRAMEWORKS = ("torch", "numpy", "jax")
-DTYPES = ("float64", "float32", "bfloat16", "float16")
-INPUTS = ("q", "k", "v", "log_alpha", "h0")
-OUTPUTS = ("o", "h_T")
 
 
 @dataclass
@@ -187,38 +184,10 @@ def _problem_error(stage: str, message: str) -> dict[str, str]:
     return {"stage": stage, "type": "KernelOutputError", "message": message, "traceback": ""}
 
 
-def _shape_in(layout: str, kind: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    if layout == "bhtd" or kind == "state":
-        return shape
-    s = list(shape)
-    s[1], s[2] = s[2], s[1]
-    return tuple(s)
-
-
-def _structure(out: Any, p: Problem, layout: str) -> tuple[list, bool, str | None]:
-    """(returned arrays, returns h_T?, problem) for a kernel's return value."""
-    d = p.dims
-    o_shape = _shape_in(layout, "v", (d.B, d.H, d.T, d.dv))
-    hT_shape = (d.B, d.H, d.dk, d.dv)
-    if isinstance(out, (tuple, list)):
-        if len(out) != 2:
-            return list(out), False, f"kernel returned {len(out)} values, expected o or (o, h_T)"
-        arrays, final = list(out), True
-    else:
-        arrays, final = [out], False
-    if out is None:
-        return [], False, "kernel returned None, expected o or (o, h_T)"
-    for name, x, shape in zip(OUTPUTS, arrays, (o_shape, hT_shape)):
-        problem = output_problem(name, x, shape, layout if name == "o" else None)
-        if problem is not None:
-            return arrays, final, problem
-    return arrays, final, None
-
-
 def _kernel_arrays(p: Problem, layout: str) -> dict[str, np.ndarray]:
     """Inputs and cotangents of ``p`` in ``layout`` (float64)."""
     out = {}
-    for name in INPUTS + ("do", "dh_T"):
+    for name in ARRAYS:
         x = getattr(p, name)
         out[name] = None if x is None else from_canonical(x, _KIND[name], layout)
     return out
@@ -227,7 +196,7 @@ def _kernel_arrays(p: Problem, layout: str) -> dict[str, np.ndarray]:
 def _canonical_problem(arrays: dict[str, np.ndarray], p: Problem, layout: str) -> Problem:
     """The float64 canonical problem from the arrays the kernel received (already float64)."""
     vals = {n: (None if arrays[n] is None else to_canonical(arrays[n], _KIND[n], layout))
-            for n in INPUTS + ("do", "dh_T")}
+            for n in ARRAYS}
     return Problem(**vals, dims=p.dims)
 
 
@@ -247,9 +216,9 @@ def _run_torch(kernel, p, dtype, layout, scale_kw, want_grads, device, run: Kern
     tdtype = getattr(torch, dtype)
     arrays = _kernel_arrays(p, layout)
     inputs = [torch.from_numpy(np.ascontiguousarray(arrays[n])).to(device=device, dtype=tdtype)
-              for n in INPUTS]
+              for n in GRADS]
     # what the kernel receives, widened back exactly (the rounding is torch's own)
-    received = {n: t.double().cpu().numpy() for n, t in zip(INPUTS, inputs)}
+    received = {n: t.double().cpu().numpy() for n, t in zip(GRADS, inputs)}
     received["do"], received["dh_T"] = arrays["do"], arrays["dh_T"]
     run.inputs = _canonical_problem(received, p, layout)
     if want_grads:
@@ -260,13 +229,13 @@ def _run_torch(kernel, p, dtype, layout, scale_kw, want_grads, device, run: Kern
     except (Exception, SystemExit) as exc:     # a kernel calling sys.exit fails, glaref goes on
         run.error = _error("forward", exc)
         return
-    arrays_out, final, problem = _structure(out, p, layout)
+    arrays_out, final, problem = kernel_returns(out, p.dims, layout)
     run.final_state = final
     run.returned = array_framework(arrays_out[0]) if arrays_out else None
     if problem is not None:
         run.error = _problem_error("forward", problem)
         return
-    for name, x in zip(OUTPUTS, arrays_out):
+    for name, x in zip(FORWARD, arrays_out):
         run.dtypes[name] = dtype_name(x)
         run.outputs[name] = _read(x, name, _KIND[name], layout)
     if not want_grads:
@@ -292,7 +261,7 @@ def _run_torch(kernel, p, dtype, layout, scale_kw, want_grads, device, run: Kern
         run.error = _error("backward", exc)
         return
     run.grads = {}
-    for name, t, g in zip(INPUTS, inputs, grads):
+    for name, t, g in zip(GRADS, inputs, grads):
         if g is None:      # the kernel never read this input: its gradient is exactly zero
             g = torch.zeros_like(t)
         run.dtypes[f"d{name}"] = dtype_name(g)
@@ -313,8 +282,8 @@ def _numpy_dtype(dtype: str):
 def _run_numpy(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
     npd = _numpy_dtype(dtype)
     arrays = _kernel_arrays(p, layout)
-    inputs = [np.ascontiguousarray(arrays[n]).astype(npd) for n in INPUTS]
-    received = {n: x.astype(np.float64) for n, x in zip(INPUTS, inputs)}
+    inputs = [np.ascontiguousarray(arrays[n]).astype(npd) for n in GRADS]
+    received = {n: x.astype(np.float64) for n, x in zip(GRADS, inputs)}
     received["do"], received["dh_T"] = arrays["do"], arrays["dh_T"]
     run.inputs = _canonical_problem(received, p, layout)
     run.no_grads = "NumPy has no automatic differentiation: forward only"
@@ -323,13 +292,13 @@ def _run_numpy(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
     except (Exception, SystemExit) as exc:     # a kernel calling sys.exit fails, glaref goes on
         run.error = _error("forward", exc)
         return
-    arrays_out, final, problem = _structure(out, p, layout)
+    arrays_out, final, problem = kernel_returns(out, p.dims, layout)
     run.final_state = final
     run.returned = array_framework(arrays_out[0]) if arrays_out else None
     if problem is not None:
         run.error = _problem_error("forward", problem)
         return
-    for name, x in zip(OUTPUTS, arrays_out):
+    for name, x in zip(FORWARD, arrays_out):
         run.dtypes[name] = dtype_name(x)
         run.outputs[name] = _read(x, name, _KIND[name], layout)
 
@@ -340,8 +309,8 @@ def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
 
     jd = jnp.dtype(dtype)
     arrays = _kernel_arrays(p, layout)
-    inputs = [jnp.asarray(np.asarray(arrays[n]).astype(jd)) for n in INPUTS]
-    received = {n: np.asarray(x).astype(np.float64) for n, x in zip(INPUTS, inputs)}
+    inputs = [jnp.asarray(np.asarray(arrays[n]).astype(jd)) for n in GRADS]
+    received = {n: np.asarray(x).astype(np.float64) for n, x in zip(GRADS, inputs)}
     received["do"], received["dh_T"] = arrays["do"], arrays["dh_T"]
     run.inputs = _canonical_problem(received, p, layout)
 
@@ -356,13 +325,13 @@ def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
     except (Exception, SystemExit) as exc:     # a kernel calling sys.exit fails, glaref goes on
         run.error = _error("forward", exc)
         return
-    arrays_out, final, problem = _structure(out, p, layout)
+    arrays_out, final, problem = kernel_returns(out, p.dims, layout)
     run.final_state = final
     run.returned = array_framework(arrays_out[0]) if arrays_out else None
     if problem is not None:
         run.error = _problem_error("forward", problem)
         return
-    for name, x in zip(OUTPUTS, arrays_out):
+    for name, x in zip(FORWARD, arrays_out):
         run.dtypes[name] = dtype_name(x)
         run.outputs[name] = _read(x, name, _KIND[name], layout)
     if pullback is None:
@@ -378,7 +347,7 @@ def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
         run.error = _error("backward", exc)
         return
     run.grads = {}
-    for name, g in zip(INPUTS, grads):
+    for name, g in zip(GRADS, grads):
         run.dtypes[f"d{name}"] = dtype_name(g)
         run.grads[name] = _read(g, f"d{name}", _KIND[name], layout)
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from . import golden
 from ._inputs import Dims, Problem
+from ._problems import round_problem
 from .golden import FIGURES, GLAREF_NAMES, OUTPUTS, STRUCTURES, OracleFileError
 
 DTYPES = ("float32", "bfloat16")
@@ -136,38 +137,14 @@ def tags(spec: Spec) -> list[str]:
 
 # ------------------------------------------------------------------------------ the arrays
 
-def round_bfloat16(x: np.ndarray) -> np.ndarray:
-    """float64 values rounded to the nearest bfloat16 (8 significant bits, ties to even,
-    float32's exponent range with its subnormals), returned in float64: a direct rounding of
-    the float64 value, never through float32 (which could round twice)."""
-    x = np.asarray(x, dtype=np.float64)
-    m, e = np.frexp(x)                        # x = m 2^e, 1/2 <= |m| < 1
-    e = np.maximum(e, -125)                   # below 2^-126 the spacing stays 2^-133
-    return np.ldexp(np.rint(np.ldexp(x, 8 - e)), e - 8)
-
-
-def round_to_dtype(x: np.ndarray | None, dtype: str) -> np.ndarray | None:
-    if x is None:
-        return None
-    if dtype == "float32":
-        return np.asarray(x, dtype=np.float32).astype(np.float64)
-    if dtype == "bfloat16":
-        return round_bfloat16(x)
-    raise ValueError(f"dtype: got {dtype!r}, expected one of {DTYPES}")
-
-
 def problem(spec: Spec, dtype: str) -> Problem:
     """The case's canonical problem: the regime's inputs rounded to ``dtype`` (h0 zeros when
     absent, dh_T None without a final state)."""
     from . import regimes
 
-    p = regimes.make_inputs(spec.regime, spec.dims, spec.seed)
-    r = {n: round_to_dtype(getattr(p, n), dtype) for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")}
-    if not spec.h0:
-        r["h0"] = np.zeros_like(p.h0)
-    if not spec.final_state:
-        r["dh_T"] = None
-    return Problem(**r, dims=spec.dims)
+    p = round_problem(regimes.make_inputs(spec.regime, spec.dims, spec.seed), dtype)
+    return p._replace(h0=p.h0 if spec.h0 else np.zeros_like(p.h0),
+                      dh_T=p.dh_T if spec.final_state else None)
 
 
 def _norm(x: np.ndarray) -> float:

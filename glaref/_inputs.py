@@ -30,6 +30,13 @@ from ._errors import ArgumentError, DTypeError, LayoutError, NonFiniteError, Seq
 
 LAYOUTS = ("bhtd", "bthd")
 
+# glaref's names, defined here once and imported everywhere else
+FORWARD = ("o", "h_T")                      # what the recurrence returns
+GRADS = ("q", "k", "v", "log_alpha", "h0")  # a kernel's array arguments; their gradients' names
+OUTPUTS = FORWARD + GRADS                   # every output judged: forward values, then gradients
+ARRAYS = GRADS + ("do", "dh_T")             # the arrays of a Problem: inputs, then cotangents
+DTYPES = ("float64", "float32", "bfloat16", "float16")   # the dtypes a kernel's inputs may have
+
 # Float dtypes that numpy does not know natively but ml_dtypes (via jax) adds.
 _EXTRA_FLOAT_NAMES = {"bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3b11fnuz",
                       "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e3m4", "float8_e4m3",
@@ -76,7 +83,7 @@ class Problem(NamedTuple):
         return self.dims.B if self.cu_seqlens is None else len(self.cu_seqlens) - 1
 
 
-# how each argument moves between layouts
+# how each array (ARRAYS and OUTPUTS) moves between layouts: to_canonical's ``kind``
 _KIND = {"q": "qk", "k": "qk", "v": "v", "do": "v", "o": "v", "log_alpha": "gate",
          "h0": "state", "dh_T": "state", "h_T": "state"}
 
@@ -257,6 +264,38 @@ def output_problem(name: str, x: Any, shape: tuple[int, ...], layout: str | None
         return (f"{name}: got dtype {x.dtype}, expected a real floating dtype (float16, bfloat16, "
                 "float32 or float64)")
     return None
+
+
+def shape_in(layout: str, kind: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape in ``layout`` of an array of ``kind`` (``_KIND``) whose canonical shape is
+    ``shape``: time and heads swapped in "bthd", states the same in both layouts."""
+    if layout == "bhtd" or kind == "state":
+        return tuple(shape)
+    s = list(shape)
+    s[1], s[2] = s[2], s[1]
+    return tuple(s)
+
+
+def kernel_returns(out: Any, dims: Dims, layout: str,
+                   n_states: int | None = None) -> tuple[list, bool, str | None]:
+    """(the arrays returned, returns h_T?, why the return value is wrong or None) for a kernel's
+    return value ``o`` or ``(o, h_T)`` (any framework's arrays, or jax.eval_shape's leaves): the
+    one check of its structure. n_states: h_T's leading size (B, or N packed sequences)."""
+    if out is None:
+        return [], False, "kernel returned None, expected o or (o, h_T)"
+    if isinstance(out, (tuple, list)):
+        if len(out) != 2:
+            return list(out), False, f"kernel returned {len(out)} values, expected o or (o, h_T)"
+        arrays, final = list(out), True
+    else:
+        arrays, final = [out], False
+    shapes = (shape_in(layout, _KIND["o"], (dims.B, dims.H, dims.T, dims.dv)),
+              (dims.B if n_states is None else n_states, dims.H, dims.dk, dims.dv))
+    for name, x, shape in zip(FORWARD, arrays, shapes):
+        problem = output_problem(name, x, shape, layout if name == "o" else None)
+        if problem is not None:
+            return arrays, final, problem
+    return arrays, final, None
 
 
 def _check_ndim(a: np.ndarray, name: str, ndim: int, expected: str) -> None:

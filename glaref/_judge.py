@@ -20,12 +20,8 @@ import numpy as np
 
 from . import _baseline, _verdict
 from ._errors import NonFiniteError
-from ._inputs import _KIND, Problem, from_canonical
+from ._inputs import _KIND, FORWARD, GRADS, OUTPUTS, Problem, from_canonical
 from .tolerances import UNIT_ROUNDOFF
-
-FORWARD = ("o", "h_T")
-GRADS = ("q", "k", "v", "log_alpha", "h0")
-NAMES = FORWARD + GRADS
 
 # What a kernel that says nothing is assumed to accumulate in when its compute dtype is narrower:
 # float32, the practice of every production kernel of this recurrence (flash-linear-attention's
@@ -195,7 +191,7 @@ def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[st
                                 grads=grads, compute_dtype=compute_dtype,
                                 accumulate_dtype=accumulate_dtype, chunk_size=chunk_size,
                                 operand_dtype=operand_dtype)
-            for name in NAMES if outputs.get(name) is not None}
+            for name in OUTPUTS if outputs.get(name) is not None}
 
 
 def locate_nonfinite(per: dict[str, _verdict.Assessment], canonical: dict[str, np.ndarray],

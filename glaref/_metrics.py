@@ -24,18 +24,15 @@ import numpy as np
 
 from . import _budget
 
-OUTPUTS = ("o", "h_T")
-GRADS = ("q", "k", "v", "log_alpha", "h0")
-NAMES = OUTPUTS + GRADS
-
-FLOAT_DTYPES = ("float64", "float32", "bfloat16", "float16")
 # the arithmetic a kernel's errors are measured in: its input dtype, or TF32 for float32 matmuls
 COMPUTE_DTYPES = ("float64", "float32", "tf32", "bfloat16", "float16")
 PRECISIONS = ("default", "high", "highest")
 
 
-def rel_err(x: np.ndarray, ref: np.ndarray) -> float:
-    """Normwise relative error ||x - ref||_2 / ||ref||_2 (0 when both are 0, inf when only ref is)."""
+def rel_err(x, ref) -> float:
+    """Normwise relative error ||x - ref||_2 / ||ref||_2 (0 when both are 0, inf when only ref
+    is, NaN when x is not finite) of any real arrays (array-likes), in float64."""
+    x, ref = np.asarray(x, dtype=np.float64), np.asarray(ref, dtype=np.float64)
     diff = float(np.linalg.norm((x - ref).ravel()))
     nref = float(np.linalg.norm(ref.ravel()))
     if not math.isfinite(diff):

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _inputs
 from ._errors import ArgumentError, NonFiniteWarning
-from ._inputs import Problem
+from ._inputs import ARRAYS, Problem
 
 IMPLS = ("numba", "numpy")
 
@@ -110,7 +110,7 @@ def nonfinite_report(what: str, p: Problem, scale: float,
         return None
     outs = ", ".join(f"{n} has {c} (first at index {first})" for n, (c, first) in bad.items())
     nonfinite_in = {}
-    for name in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T"):
+    for name in ARRAYS:
         a = getattr(p, name)
         if a is not None:
             c = _count_first(a)[0]

@@ -21,7 +21,7 @@ from typing import Iterable
 import numpy as np
 
 from ._inputs import Dims, Problem
-from ._metrics import FLOAT_DTYPES as DTYPES
+from ._inputs import DTYPES
 
 
 def _bfloat16(x: np.ndarray) -> np.ndarray:

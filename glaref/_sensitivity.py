@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from . import _judge
+from ._inputs import GRADS, OUTPUTS
 from ._metrics import rel_err
 
 KINDS = ("systematic", "random")
@@ -104,7 +105,7 @@ def jax_outputs(fn, truth: _judge.Truth, dtype: str, precision: str = "default")
     p = truth.p
     np_dt = jnp.dtype(dtype)
     args = [jnp.asarray(np.asarray(getattr(p, n)).astype(np_dt))
-            for n in ("q", "k", "v", "log_alpha", "h0")]
+            for n in GRADS]
     cu = None if p.cu_seqlens is None else tuple(int(c) for c in p.cu_seqlens)
     kernel = fn if cu is None else functools.partial(fn, cu_seqlens=np.asarray(cu))
     ctx = contextlib.nullcontext() if precision == "default" else jax.default_matmul_precision(precision)
@@ -113,6 +114,6 @@ def jax_outputs(fn, truth: _judge.Truth, dtype: str, precision: str = "default")
         # cotangents in the dtype of the output they pair with, as the engine does
         cts = [jnp.asarray(np.asarray(p.do).astype(o_s.dtype)), jnp.asarray(np.asarray(p.dh_T).astype(h_s.dtype))]
         (o, h_T), g = _jitted(fn, cu)(*args, *cts)
-    arrays = dict(zip(_judge.NAMES, (o, h_T) + tuple(g)))
+    arrays = dict(zip(OUTPUTS, (o, h_T) + tuple(g)))
     return ({n: np.asarray(v).astype(np.float64) for n, v in arrays.items()},
             {n: np.dtype(v.dtype).name for n, v in arrays.items()})

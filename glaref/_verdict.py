@@ -74,10 +74,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._inputs import Dims
+from ._inputs import OUTPUTS, Dims
 from .tolerances import UNIT_ROUNDOFF, lookup, tol
-
-OUTPUTS = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
 
 
 def _check_output(output: str) -> None:

@@ -33,15 +33,16 @@ from typing import Any
 import numpy as np
 
 from ._errors import GlarefError
+from ._inputs import ARRAYS as INPUTS
+from ._inputs import OUTPUTS as GLAREF_NAMES  # noqa: F401 - public here, beside OUTPUTS
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 
-# Inputs and cotangents, then the outputs (what a kernel returns), in the figures' order.
-INPUTS = ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")
+# Inputs and cotangents (INPUTS: glaref's Problem arrays), then the outputs (what a kernel
+# returns) under the files' names, in the figures' order; GLAREF_NAMES: glaref's own names of
+# the same outputs (glaref.Grads fields, _inputs.OUTPUTS), in OUTPUTS' order.
 OUTPUTS = ("o", "h_T", "dq", "dk", "dv", "dlog_alpha", "dh0")
-# glaref's own names of the outputs (glaref.Grads fields, _verdict.OUTPUTS), in OUTPUTS' order
-GLAREF_NAMES = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
 # Per-element error scales: scale_<output>; for dlog_alpha the verdict uses the reverse-cumsum
 # identity's scale (scale_dlog_alpha) and the direct form's is stored beside it.
 SCALES = tuple(f"scale_{n}" for n in OUTPUTS) + ("scale_dlog_alpha_direct",)

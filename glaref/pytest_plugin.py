@@ -34,7 +34,7 @@ def pytest_configure(config):
     regimes = config.getoption("glaref_regimes", default="standard")
     dtype = config.getoption("glaref_dtype", default="float32")
     if (regimes, dtype) != ("standard", "float32"):
-        from glaref._metrics import FLOAT_DTYPES
+        from glaref._inputs import DTYPES
         from glaref.regimes import REGIMES
 
         names = [r.strip() for r in str(regimes).split(",") if r.strip()]
@@ -42,8 +42,8 @@ def pytest_configure(config):
         if bad or not names:
             raise pytest.UsageError(f"--glaref-regimes: got {regimes!r}, expected comma-separated "
                                     f"names from {sorted(REGIMES)}")
-        if dtype not in FLOAT_DTYPES:
-            raise pytest.UsageError(f"--glaref-dtype: got {dtype!r}, expected one of {FLOAT_DTYPES}")
+        if dtype not in DTYPES:
+            raise pytest.UsageError(f"--glaref-dtype: got {dtype!r}, expected one of {DTYPES}")
 
 
 @pytest.fixture

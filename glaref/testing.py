@@ -204,7 +204,6 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
 # ---------------------------------------------------------------- outputs computed anywhere
 
 _INPUT_KEYS = ("q", "k", "v", "log_alpha", "h0", "do", "dh_T", "scale", "layout", "dtype")
-_ARRAYS = ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")
 
 
 def _dtype_arg(x: Any, name: str) -> str:
@@ -249,7 +248,7 @@ def _received(args: dict[str, Any]):
     (nothing is rounded here: the oracle must see what the kernel saw)."""
     from ._errors import DTypeError
     from ._frameworks import dtype_name, to_host_float64
-    from ._inputs import canonicalize, check_layout
+    from ._inputs import ARRAYS, canonicalize, check_layout
     from ._problems import DTYPES, round_to_dtype
 
     layout = check_layout(args.get("layout") or "bhtd")
@@ -265,8 +264,8 @@ def _received(args: dict[str, Any]):
         raise ValueError(f"scale: got {args.get('scale')!r}, expected a real number") from None
     if not math.isfinite(scale):
         raise ValueError(f"scale: got {scale}, expected a finite number")
-    arrays = {n: None if args.get(n) is None else to_host_float64(args[n], n) for n in _ARRAYS}
-    p = canonicalize(*(arrays[n] for n in _ARRAYS), layout=layout)
+    arrays = {n: None if args.get(n) is None else to_host_float64(args[n], n) for n in ARRAYS}
+    p = canonicalize(*(arrays[n] for n in ARRAYS), layout=layout)
     for n in ("q", "k", "v"):
         x = getattr(p, n)
         r = round_to_dtype(x, dtype)
@@ -284,18 +283,17 @@ def _judged_values(actual: Mapping[str, Any], p, layout: str):
     arrays, the dtype each was returned in, the names not computed, extra results not judged."""
     from ._errors import ShapeError
     from ._frameworks import dtype_name, to_host_float64
-    from ._inputs import _KIND, to_canonical
-    from ._judge import NAMES
+    from ._inputs import _KIND, OUTPUTS, to_canonical
     from .conventions import LOG_ALPHA_BT_SUM
 
     if not isinstance(actual, Mapping):
         raise TypeError(f"actual: got {type(actual).__name__}, expected a mapping of glaref's "
-                        f"output names {NAMES} to arrays (None: not computed), e.g. "
+                        f"output names {OUTPUTS} to arrays (None: not computed), e.g. "
                         "glaref.conventions.fla.simple_gla_outputs(...)")
     extra = ("dtypes", LOG_ALPHA_BT_SUM)
-    unknown = [k for k in actual if k not in NAMES + extra]
+    unknown = [k for k in actual if k not in OUTPUTS + extra]
     if unknown:
-        raise ValueError(f"actual: got keys {unknown}, expected glaref's names {NAMES} (plus "
+        raise ValueError(f"actual: got keys {unknown}, expected glaref's names {OUTPUTS} (plus "
                          f"{extra}); glaref.conventions renames a project's results (dq -> q, "
                          "ht -> h_T, ...)")
     given_dtypes = actual.get("dtypes") or {}
@@ -307,7 +305,7 @@ def _judged_values(actual: Mapping[str, Any], p, layout: str):
               "k": (d.B, d.G, d.T, d.dk), "v": (d.B, d.H, d.T, d.dv), "log_alpha": p.log_alpha.shape,
               "h0": (d.B, d.H, d.dk, d.dv)}
     values, dtypes, skipped = {}, {}, []
-    for name in NAMES:
+    for name in OUTPUTS:
         x = actual.get(name)
         if x is None:
             skipped.append(name)
@@ -325,7 +323,7 @@ def _judged_values(actual: Mapping[str, Any], p, layout: str):
             if name in given_dtypes else dtype_name(x)
     if not values:
         raise ValueError(f"actual: got no output (every value None or missing), expected at least "
-                         f"one of {NAMES}")
+                         f"one of {OUTPUTS}")
     unjudged = [LOG_ALPHA_BT_SUM] if actual.get(LOG_ALPHA_BT_SUM) is not None else []
     return values, dtypes, skipped, unjudged
 
@@ -415,7 +413,7 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
     """
     __tracebackhide__ = True
     from . import _judge
-    from ._inputs import _KIND
+    from ._inputs import _KIND, GRADS
     from .audit._engine import _default_oracle
 
     args = _gather_inputs(inputs, {"q": q, "k": k, "v": v, "log_alpha": log_alpha, "h0": h0,
@@ -423,7 +421,7 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
                                    "dtype": dtype})
     p, dt, lay, sc = _received(args)
     values, dtypes, skipped, unjudged = _judged_values(actual, p, lay)
-    grads = [n for n in values if n in _judge.GRADS]
+    grads = [n for n in values if n in GRADS]
     if grads and p.do is None:
         raise ValueError(f"inputs: got no do, expected the cotangent of o that produced the "
                          f"gradients {grads} (and dh_T, that of h_T, if there was one)")

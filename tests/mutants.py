@@ -27,7 +27,6 @@ import functools
 from dataclasses import dataclass
 from typing import Callable
 
-OUTPUT_NAMES = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
 BASE_CHUNK = 16
 
 MUTANT_DOCS = {

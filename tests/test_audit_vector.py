@@ -24,7 +24,7 @@ import zoo  # noqa: E402  (tests/ is on sys.path under pytest)
 
 import glaref  # noqa: E402
 from glaref import _judge, _sensitivity, regimes  # noqa: E402
-from glaref._inputs import Dims  # noqa: E402
+from glaref._inputs import ARRAYS, OUTPUTS, Dims  # noqa: E402
 from glaref.audit import AuditUsageError  # noqa: E402
 from glaref.cli import main  # noqa: E402
 
@@ -46,7 +46,7 @@ def _truth(regime: str, dims: Dims) -> _judge.Truth:
     (computed once, shared by every zoo member)."""
     p = regimes.make_inputs(regime, dims, 0, gate="vector")
     r = lambda x: np.asarray(x).astype(np.float32).astype(np.float64)   # noqa: E731
-    p = p._replace(**{n: r(getattr(p, n)) for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")})
+    p = p._replace(**{n: r(getattr(p, n)) for n in ARRAYS})
     return _judge.Truth(p, 1.0, "numba")
 
 
@@ -67,7 +67,7 @@ def test_every_vector_zoo_member_passes_with_the_cli_defaults(name):
         assert truth.p.vector_gate
         outs, dtypes = _sensitivity.jax_outputs(fn, truth, "float32")
         verdicts = _judge.assess_outputs(truth, outs, dtypes, **JUDGE)
-        assert set(verdicts) == set(_judge.NAMES)
+        assert set(verdicts) == set(OUTPUTS)
         bad = [a.reason for a in verdicts.values() if not a.ok]
         assert not bad, (name, regime, dims, bad)
         ran += 1
@@ -87,7 +87,7 @@ def tf32_operands(q, k, v, log_alpha, h0):
 def test_injected_errors_and_tf32_are_flagged_on_vector_gates(regime):
     truth = _truth(regime, Dims(*ZOO_CONFIG[:3], ZOO_T, *ZOO_CONFIG[3:]))
     outs, dtypes = _sensitivity.jax_outputs(VECTOR_ZOO["chunked64"], truth, "float32")
-    for name in _judge.NAMES:
+    for name in OUTPUTS:
         assert _judge.assess_output(truth, name, outs[name], dtypes[name], **JUDGE).ok
         for kind in _sensitivity.KINDS:         # 1% systematic, 1% random: every output flagged
             x = _sensitivity.inject(outs[name], 0.01, kind)
@@ -96,7 +96,7 @@ def test_injected_errors_and_tf32_are_flagged_on_vector_gates(regime):
     outs, dtypes = _sensitivity.jax_outputs(tf32_operands, truth, "float32")
     flagged = {n for n, a in _judge.assess_outputs(truth, outs, dtypes, **JUDGE).items() if not a.ok}
     # every output that a rounded q, k, v or h0 reaches through a product (all of them)
-    assert flagged == set(_judge.NAMES), (regime, flagged)
+    assert flagged == set(OUTPUTS), (regime, flagged)
 
 
 # ---------------------------------------------------------------- the engine and the CLI
@@ -114,7 +114,7 @@ def test_engine_vector_gates_and_packed_sequences_records():
     for r in recs:
         assert r["ok"], r["failures"]
         assert (r["gate"], r["cu_seqlens"], r["batch"], r["seq"]) == ("vector", [0, 0, 17, 40], 1, 40)
-        assert set(r["budget_bound"]) == set(_judge.NAMES)
+        assert set(r["budget_bound"]) == set(OUTPUTS)
         assert all(np.isfinite(b) for b in r["budget_bound"].values())   # the proven tier is live
     (r,) = _audit(["chunked"], seqs=[20])                               # the defaults unchanged
     assert (r["gate"], r["cu_seqlens"], r["batch"]) == ("scalar", None, 2)

@@ -16,12 +16,11 @@ import pytest
 
 import glaref
 from glaref import _baseline, _budget, _verdict, regimes
-from glaref._inputs import Dims
+from glaref._inputs import ARRAYS, OUTPUTS, Dims
 from glaref._metrics import rel_err
 from glaref.tolerances import tol
 
 CHUNK = 32                       # three chunks and a tail at T = 70 / 130
-NAMES = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
 SCALE = 0.7
 # sizes: G < H (group sums), dk != dv, T not a multiple of CHUNK
 DIMS = Dims(1, 2, 4, 70, 8, 6)
@@ -31,7 +30,7 @@ PACKED = [0, 0, 17, 17, 50, 70]  # empty first and middle sequences, lengths acr
 
 def _rounded(p, dtype=np.float32):
     r = lambda x: None if x is None else np.asarray(x).astype(dtype).astype(np.float64)  # noqa: E731
-    return p._replace(**{n: r(getattr(p, n)) for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")})
+    return p._replace(**{n: r(getattr(p, n)) for n in ARRAYS})
 
 
 def _problem(regime: str, dims: Dims = DIMS, gate: str = "vector", cu=None):
@@ -42,7 +41,7 @@ def _oracle(p) -> dict[str, np.ndarray]:
     o, h_T = glaref.forward(p.q, p.k, p.v, p.log_alpha, p.h0, scale=SCALE, cu_seqlens=p.cu_seqlens)
     g = glaref.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, scale=SCALE,
                    cu_seqlens=p.cu_seqlens)
-    return dict(zip(NAMES, (o, h_T) + tuple(g)))
+    return dict(zip(OUTPUTS, (o, h_T) + tuple(g)))
 
 
 def _within_bound(kernel: str, p, res, ref, arith: str, operand: str | None = None) -> dict:
@@ -53,7 +52,7 @@ def _within_bound(kernel: str, p, res, ref, arith: str, operand: str | None = No
     chunk = 1 if kernel == "scan" else CHUNK
     cdtype, acc = (operand, "float32") if operand else (arith, None)
     out = {}
-    for n in NAMES:
+    for n in OUTPUTS:
         sc = scales["log_alpha_identity" if n == "log_alpha" and kernel == "chunked" else n]
         ulps = _budget.budget_ulps(n, res[n], ref[n], sc, cdtype, dims)[0]
         out[n] = (ulps, _verdict.budget_bound(n, cdtype, dims, chunk, log_alpha=la,
@@ -70,10 +69,10 @@ def test_vector_gates_against_the_oracle_in_float32_and_float64(kernel, regime):
     sep = tol("arith_separator_f32_f64")
     for arith in ("float32", "float64"):
         res = _baseline.run(kernel, p, SCALE, arith=arith, chunk=CHUNK)
-        assert {n: res[n].shape for n in NAMES} == {n: ref[n].shape for n in NAMES}
+        assert {n: res[n].shape for n in OUTPUTS} == {n: ref[n].shape for n in OUTPUTS}
         for n, (ulps, bound) in _within_bound(kernel, p, res, ref, arith).items():
             assert ulps <= bound, (kernel, regime, arith, n, ulps, bound)
-        errs = {n: rel_err(res[n], ref[n]) for n in NAMES}
+        errs = {n: rel_err(res[n], ref[n]) for n in OUTPUTS}
         if arith == "float32":      # float32's rounding errors, made (not float64's)
             assert all(e > sep for e in errs.values()), (kernel, regime, errs)
         else:                       # float64 arithmetic: float64 rounding only
@@ -92,7 +91,7 @@ def test_vector_gates_with_rounded_matmul_operands(kernel, operand):
         assert ulps <= bound, (kernel, operand, n, ulps, bound)
     # every output but the scan's h_T passes through a matrix product (the scan's state update is
     # an elementwise k^T v, as in a step-by-step kernel: float32 throughout)
-    through_matmul = [n for n in NAMES if not (kernel == "scan" and n == "h_T")]
+    through_matmul = [n for n in OUTPUTS if not (kernel == "scan" and n == "h_T")]
     errs = {n: rel_err(res[n], ref[n]) for n in through_matmul}
     assert all(e > tol("arith_separator_tf32_f32") for e in errs.values()), (kernel, operand, errs)
 

@@ -17,11 +17,10 @@ import pytest
 
 import glaref
 from glaref import _budget, _reference, _verdict, regimes
-from glaref._inputs import Dims, Problem
+from glaref._inputs import OUTPUTS, Dims, Problem
 from glaref.tolerances import SMALLEST_NORMAL, UNIT_ROUNDOFF, tol
 
 SMALL = Dims(B=2, G=2, H=4, T=33, dk=5, dv=3)
-GRADS = ("q", "k", "v", "log_alpha", "h0")
 
 
 def _sizes_ok(d: Dims) -> None:
@@ -32,7 +31,7 @@ def _sizes_ok(d: Dims) -> None:
 def _truth(p: Problem, impl: str) -> dict[str, np.ndarray]:
     o, h_T = glaref.forward(p.q, p.k, p.v, p.log_alpha, p.h0, impl=impl)
     g = glaref.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, impl=impl)
-    return dict(zip(("o", "h_T") + GRADS, (o, h_T) + tuple(g)))
+    return dict(zip(OUTPUTS, (o, h_T) + tuple(g)))
 
 
 @pytest.mark.parametrize("regime", regimes.DEFAULT_REGIMES)
@@ -261,7 +260,7 @@ def test_reference_in_low_precision_stays_within_the_bound(regime, dtype):
         g = _reference.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T)
         refs = _truth(w, "numpy")
         s = _budget.problem_scales(w, impl="numpy")
-        for name, x in zip(("o", "h_T") + GRADS, (o, h_T) + tuple(g)):
+        for name, x in zip(OUTPUTS, (o, h_T) + tuple(g)):
             assert x.dtype == np.dtype(dtype)
             scale = s["log_alpha_identity"] if name == "log_alpha" else s[name]
             ulps, where = _budget.budget_ulps(name, x, refs[name], scale, dtype, d)

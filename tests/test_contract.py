@@ -39,12 +39,11 @@ import glaref
 import glaref.strategies as gst
 from glaref import GlarefError, NonFiniteWarning
 from glaref._budget import underflow_floor
-from glaref._inputs import Dims
+from glaref._inputs import _KIND, ARRAYS, Dims
 from glaref.regimes import make_inputs
 from glaref.tolerances import tol
 
-ARGS = ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")
-NAMED = ARGS + ("scale", "layout", "impl", "allow_nonfinite", "cu_seqlens")
+NAMED = ARRAYS + ("scale", "layout", "impl", "allow_nonfinite", "cu_seqlens")
 FUNCS = ("forward", "vjp", "dlog_alpha_identity", "scales")
 COUNTS: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 
@@ -82,7 +81,7 @@ def problems(draw):
         d["H"] = d["G"] * draw(st.sampled_from([1, 2, 0]))
         base = ("sizes", Dims(**d), None, draw(gst.seeds()), None)
     kind = st.sampled_from(VALUES * 3 + STRUCTURAL)
-    mutations = draw(st.lists(st.tuples(st.sampled_from(ARGS), kind), max_size=3))
+    mutations = draw(st.lists(st.tuples(st.sampled_from(ARRAYS), kind), max_size=3))
     scale_kind = draw(st.sampled_from(["plain"] * 10 + ["huge"] * 2 + ["bad"]))
     scale = draw({"plain": st.sampled_from([1.0, 0.5, -2.0, 0.0, 1e-300, 0.125, 3]),
                   "huge": st.floats(-1e308, 1e308, allow_nan=False),
@@ -110,7 +109,7 @@ def _canonical(base, gate):
     if kind == "regime":
         cu = glaref.regimes.random_cu_seqlens(b.T, packed, seed) if packed else None
         p = make_inputs(a, b, seed, gate=gate, cu_seqlens=cu)
-        return {n: getattr(p, n) for n in ARGS}, p.cu_seqlens
+        return {n: getattr(p, n) for n in ARRAYS}, p.cu_seqlens
     B, G, H, T, dk, dv = a.B, a.G, a.H, a.T, a.dk, a.dv
     rng = np.random.default_rng(seed)
     gates = (B, H, T, dk) if gate == "vector" else (B, H, T)
@@ -120,7 +119,6 @@ def _canonical(base, gate):
             "dh_T": rng.standard_normal((B, H, dk, dv))}, None
 
 
-_KIND = {"q": "qk", "k": "qk", "v": "v", "do": "v", "log_alpha": "gate", "h0": "state", "dh_T": "state"}
 
 
 def _mutate(a, kind, name, spec, rng):

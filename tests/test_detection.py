@@ -21,6 +21,7 @@ import mutants  # noqa: E402  (tests/ is on sys.path under pytest)
 
 import glaref  # noqa: E402
 from glaref import regimes  # noqa: E402
+from glaref._inputs import OUTPUTS  # noqa: E402
 from glaref.audit import summary  # noqa: E402
 from glaref.cli import main  # noqa: E402
 
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.jax
 
 CONFIG = (1, 2, 4, 16, 16)        # B, G, H, dk, dv
 T = 130                           # three chunks of 64 (built-in), nine of 16 (mutants), ragged tail
-ALL = set(mutants.OUTPUT_NAMES)
+ALL = set(OUTPUTS)
 
 # Where each bug shows, and which outputs must be flagged there. A regime is named per mutant
 # so the test runs one case each; all are regimes of the default suite.
@@ -103,7 +104,7 @@ def test_mutant_is_flagged(name):
             assert "non-finite" in reason and rec["nonfinite"][out] > 0
     assert rec["verdict"].startswith("FAIL ")
     assert [p.split(":")[0] for p in rec["verdict"][5:].split(",")] == \
-        [_report_short(n) for n in mutants.OUTPUT_NAMES if n in flagged]
+        [_report_short(n) for n in OUTPUTS if n in flagged]
     code, line = summary([rec])
     assert code == 1 and name in line                   # the audit's exit code and its reason
 

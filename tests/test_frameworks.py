@@ -14,6 +14,7 @@ import pytest
 
 import glaref
 from glaref import DTypeError, LayoutError
+from glaref._inputs import GRADS
 from glaref._frameworks import detect_framework, run_kernel
 from glaref.tolerances import tol
 
@@ -27,7 +28,6 @@ except ImportError:
 needs_torch = pytest.mark.skipif(torch is None,
                                  reason="torch is not installed (pip install 'glaref[torch]')")
 
-GRADS = ("q", "k", "v", "log_alpha", "h0")
 
 
 def torch_loop(q, k, v, log_alpha, h0, scale=1.0, layout="bhtd", final=True):

@@ -24,7 +24,8 @@ import pytest
 
 import glaref.golden as golden
 from glaref import _baseline, _golden_build as gb, _judge
-from glaref._inputs import Problem
+from glaref._inputs import GRADS, Problem
+from glaref._problems import round_to_dtype
 from glaref.cli import main
 from glaref.golden import OUTPUTS, OracleFileError
 from glaref.tolerances import tol
@@ -112,7 +113,7 @@ def test_arrays_shapes_and_exact_dtype_rounding():
         # inputs hold exact values of the case's dtype
         for a in golden.INPUTS:
             if a in c:
-                assert np.array_equal(gb.round_to_dtype(c[a], e["dtype"]), c[a]), (name, a)
+                assert np.array_equal(round_to_dtype(c[a], e["dtype"]), c[a]), (name, a)
         # figures are NaN exactly for the outputs the case lacks
         has = np.array([o in c for o in OUTPUTS])
         for a in ("ref_norm", "ref_err", "floor_err", "baseline_err", "underflow_floor", "proven_bound"):
@@ -154,13 +155,13 @@ def test_bfloat16_rounding_is_direct_round_to_nearest_even():
                   2.0**-133 * 0.5, 2.0**-133 * 0.75, 0.0, -0.0, 225.5 * 2.0**120, 226.5 * 2.0**120])
     want = np.array([1.0, 1.0, 1 + 4 * 2**-8, 1 + 2 * 2**-8, -1.0, 2.0**-130 * 1.5, 0.0, 2.0**-133,
                      0.0, -0.0, 226 * 2.0**120, 226 * 2.0**120])
-    got = gb.round_bfloat16(x)
+    got = round_to_dtype(x, "bfloat16")
     assert np.array_equal(got, want), got - want
     ml = pytest.importorskip("ml_dtypes")
     rng = np.random.default_rng(0)
     y = np.concatenate([rng.standard_normal(100000) * 10.0 ** rng.integers(-40, 38, 100000),
                         rng.standard_normal(1000) * 2.0**-128])
-    assert np.array_equal(gb.round_bfloat16(y), y.astype(ml.bfloat16).astype(np.float64))
+    assert np.array_equal(round_to_dtype(y, "bfloat16"), y.astype(ml.bfloat16).astype(np.float64))
 
 
 # ------------------------------------------------------------------------------ regenerate, verify
@@ -666,7 +667,7 @@ def test_the_jax_kernels_pass_and_a_wrong_one_fails_on_the_golden_cases():
     for name in ("regime_h0_dominant-bfloat16", "edge_G2_H6-float32"):
         c = golden.load(name)
         dt = jnp.dtype(c.meta["dtype"])
-        args = [jnp.asarray(c[a], dt) for a in ("q", "k", "v", "log_alpha", "h0")]
+        args = [jnp.asarray(c[a], dt) for a in GRADS]
 
         def run(f):
             (o, h_T), pull = jax.vjp(lambda *a: f(*a, scale=float(c["scale"]), return_final_state=True), *args)

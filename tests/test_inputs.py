@@ -14,6 +14,7 @@ import pytest
 import glaref
 from glaref import (ArgumentError, DTypeError, GlarefError, LayoutError, NonFiniteError,
                     NonFiniteWarning, ShapeError)
+from glaref._inputs import ARRAYS, GRADS
 
 from conftest import IMPLS, rand_problem
 
@@ -114,7 +115,7 @@ def test_vjp_needs_do(p):
 # dtypes
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.complex128, np.bool_, np.uint8])
-@pytest.mark.parametrize("name", ["q", "k", "v", "log_alpha", "h0", "do", "dh_T"])
+@pytest.mark.parametrize("name", list(ARRAYS))
 def test_non_real_float_dtype_is_refused(p, name, dtype):
     x = getattr(p, name)
     a = _args(p, **{name: x.astype(dtype)})
@@ -129,7 +130,7 @@ def test_non_real_float_dtype_is_refused(p, name, dtype):
 def _quantised(p, dtype):
     """p's inputs rounded to ``dtype`` (the array passed in) and their exact float64 values."""
     out = {}
-    for name in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T"):
+    for name in ARRAYS:
         low = getattr(p, name).astype(dtype)
         out[name] = (low, low.astype(np.float64))
     return out
@@ -147,8 +148,8 @@ def test_low_precision_inputs_are_converted_exactly(p, impl, dtype):
     o_wide, h_wide = glaref.forward(wide["q"], wide["k"], wide["v"], wide["log_alpha"], wide["h0"], impl=impl)
     assert o_low.dtype == np.float64 and h_low.dtype == np.float64 and type(o_low) is np.ndarray
     assert np.array_equal(o_low, o_wide) and np.array_equal(h_low, h_wide)
-    g_low = glaref.vjp(*(low[n] for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")), impl=impl)
-    g_wide = glaref.vjp(*(wide[n] for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")), impl=impl)
+    g_low = glaref.vjp(*(low[n] for n in ARRAYS), impl=impl)
+    g_wide = glaref.vjp(*(wide[n] for n in ARRAYS), impl=impl)
     for a, b in zip(g_low, g_wide):
         assert a.dtype == np.float64 and np.array_equal(a, b)
 
@@ -175,7 +176,7 @@ def test_jax_arrays_are_accepted(p):
 def test_torch_cpu_tensors_are_accepted(p):
     torch = pytest.importorskip("torch")
     t = {n: torch.from_numpy(getattr(p, n)).to(torch.bfloat16)
-         for n in ("q", "k", "v", "log_alpha", "h0")}
+         for n in GRADS}
     wide = {n: x.double().numpy() for n, x in t.items()}
     o, h_T = glaref.forward(t["q"], t["k"], t["v"], t["log_alpha"], t["h0"], impl="numpy")
     o_w, h_w = glaref.forward(wide["q"], wide["k"], wide["v"], wide["log_alpha"], wide["h0"], impl="numpy")
@@ -258,7 +259,7 @@ def test_h0_none_means_zeros_and_dh0_is_returned(p):
     assert np.array_equal(o0, o1) and np.array_equal(h0_, h1)
     g = glaref.vjp(p.q, p.k, p.v, p.log_alpha, None, p.do, impl="numpy")
     assert g.h0.shape == p.h0.shape and np.any(g.h0 != 0)
-    assert glaref.Grads._fields == ("q", "k", "v", "log_alpha", "h0")
+    assert glaref.Grads._fields == GRADS
 
 
 class _OnlyDLPack:
@@ -412,7 +413,7 @@ _P_OVER, _OVERFLOW = _overflow_cases()
 def test_overflow_warns_naming_the_cause_on_both_impls(impl, case):
     arrays, kw, causes = _OVERFLOW[case]
     a = _args(_P_OVER, **arrays)
-    calls = {"vjp": lambda: glaref.vjp(*(a[n] for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")),
+    calls = {"vjp": lambda: glaref.vjp(*(a[n] for n in ARRAYS),
                                        impl=impl, **kw)}
     if not case.startswith("cotangents"):
         calls["forward"] = lambda: glaref.forward(a["q"], a["k"], a["v"], a["log_alpha"], a["h0"],
@@ -438,14 +439,14 @@ def test_finite_results_raise_no_warning(p):
         _call_fwd(_args(p))
 
 
-@pytest.mark.parametrize("name", ["q", "k", "v", "log_alpha", "h0", "do", "dh_T"])
+@pytest.mark.parametrize("name", list(ARRAYS))
 @pytest.mark.parametrize("x", [0.5, np.zeros(3)])
 def test_wrong_ndim_in_bthd_is_a_shape_error_not_a_crash(p, name, x):
     # found by tests/test_contract.py: a 0-d do in "bthd" reached np.swapaxes (AxisError)
     sw = lambda a: np.swapaxes(a, 1, 2)  # noqa: E731
     a = {n: (sw(getattr(p, n)) if n in ("q", "k", "v", "log_alpha", "do") else getattr(p, n))
-         for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")}
+         for n in ARRAYS}
     a[name] = x
     with pytest.raises(ShapeError, match=rf"^{name}: got shape \({'' if np.ndim(x) == 0 else '3,'}\)"):
-        glaref.vjp(*(a[n] for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")), layout="bthd",
+        glaref.vjp(*(a[n] for n in ARRAYS), layout="bthd",
                    impl="numpy")

@@ -21,7 +21,7 @@ import pytest
 import glaref
 import glaref.testing as gt
 from glaref import DTypeError, ShapeError
-from glaref._judge import GRADS, NAMES
+from glaref._inputs import GRADS, OUTPUTS
 from glaref.audit import AuditUsageError
 from glaref.conventions import LOG_ALPHA_BT_SUM, fla
 from glaref.tolerances import tol
@@ -121,7 +121,7 @@ def _rows(msg: str) -> dict[str, list[str]]:
 def test_fla_convention_end_to_end_passes_and_returns_every_figure(dtype):
     actual, inputs = fla_call(getattr(torch, dtype))
     per = gt.assert_close_to_oracle(actual, inputs)
-    assert tuple(per) == NAMES
+    assert tuple(per) == OUTPUTS
     for name, a in per.items():
         assert a.ok and a.allowed_ratio == tol("calibrated_ratio"), (name, a)
         assert a.ratio is not None and a.ratio <= a.allowed_ratio
@@ -227,7 +227,7 @@ def test_check_kernel_torch_correct_kernel_passes(dtype):
     for r in recs:
         assert r["ok"] is True and r["framework"] == "torch" and r["mode"] == "fwd_bwd"
         assert r["dtype"] == dtype and r["final_state"] is True
-        assert set(r["reference_ratio"]) == set(NAMES)
+        assert set(r["reference_ratio"]) == set(OUTPUTS)
         assert all(x <= r["allowed_ratio"] for x in r["reference_ratio"].values())
         assert r["median_ms"] is None and "forward_only" not in r
 
@@ -251,7 +251,7 @@ def test_check_kernel_torch_gate_late_fails():
         gt.check_kernel(glaref_signature(gate_late=True), framework="torch", seqs=[65],
                         chunk_size=1)
     failing = set(re.findall(r"^  (\w+)(?: \(gradient\))?: \w+ tier:", str(info.value), flags=re.M))
-    assert failing == set(NAMES)
+    assert failing == set(OUTPUTS)
 
 
 @needs_torch
@@ -368,7 +368,7 @@ def test_tf32_arithmetic_is_judged_as_tf32_when_said_so():
     (rec,) = gt.check_kernel(tf32_kernel, chunk_size=1, seqs=[33], compute_dtype="tf32")
     assert rec["ok"] and rec["compute_dtype"] == "tf32"
     _, inputs, p = _numpy_case()
-    o, h_T = tf32_kernel(*(inputs[n] for n in ("q", "k", "v", "log_alpha", "h0")), scale=1.0)
+    o, h_T = tf32_kernel(*(inputs[n] for n in GRADS), scale=1.0)
     with pytest.raises(AssertionError, match=r"compute dtype float32"):
         gt.assert_close_to_oracle({"o": o, "h_T": h_T}, **inputs, chunk_size=1)
     per = gt.assert_close_to_oracle({"o": o, "h_T": h_T}, **inputs, chunk_size=1,
@@ -436,7 +436,7 @@ def _numpy_case(dtype="float32"):
 def test_numpy_arrays_pass_and_the_dtype_comes_from_q():
     actual, inputs, _ = _numpy_case()
     per = gt.assert_close_to_oracle(actual, **inputs, chunk_size=16)
-    assert set(per) == set(NAMES) and all(a.ok for a in per.values())
+    assert set(per) == set(OUTPUTS) and all(a.ok for a in per.values())
 
 
 def test_bad_arguments_name_the_argument():

@@ -28,14 +28,13 @@ import glaref  # noqa: E402
 from conftest import logsigmoid, rand_problem, rel_err  # noqa: E402
 from glaref import kernels  # noqa: E402
 from glaref._budget import budget_ulps, problem_scales  # noqa: E402
-from glaref._inputs import Dims  # noqa: E402
+from glaref._inputs import GRADS, OUTPUTS, Dims  # noqa: E402
 from glaref._verdict import budget_bound  # noqa: E402
+from glaref.audit._presets import SEED_CONFIGS  # noqa: E402
 from glaref.tolerances import tol  # noqa: E402
 
 pytestmark = pytest.mark.jax
 
-GRADS = ("q", "k", "v", "log_alpha", "h0")
-OUTPUTS = ("o", "h_T") + GRADS
 
 
 @contextlib.contextmanager
@@ -253,7 +252,7 @@ def test_jit_vmap_and_grad(kname):
     fn, kw, _ = _kernel(kname, 8)
     f = lambda q, k, v, la, h0: fn(q, k, v, la, h0, return_final_state=True, **kw)  # noqa: E731
     stack = [jnp.asarray(np.stack([getattr(p, n) for p in probs]), jnp.float32)
-             for n in ("q", "k", "v", "log_alpha", "h0")]
+             for n in GRADS]
     t = tol("audit_rel_err_float32")
 
     o_eager, _ = f(*[x[0] for x in stack])
@@ -436,8 +435,6 @@ def test_bad_inputs_name_the_argument():
 
 # ---- the seed grid (issue 4's accuracy target), slow -------------------------------------------
 
-SEED_CONFIGS = {"g2h8_d128": (4, 2, 8, 128, 128), "g1h24_dk128_dv64": (2, 1, 24, 128, 64),
-                "g1h1_d128": (4, 1, 1, 128, 128), "g2h4_dk48_dv40": (4, 2, 4, 48, 40)}
 
 
 @pytest.mark.slow

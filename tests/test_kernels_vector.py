@@ -19,6 +19,7 @@ import jax.numpy as jnp  # noqa: E402
 import glaref  # noqa: E402
 from conftest import logsigmoid, rand_problem, rel_err  # noqa: E402
 from glaref import kernels  # noqa: E402
+from glaref._inputs import GRADS, OUTPUTS  # noqa: E402
 from glaref._budget import budget_ulps, budget_view, problem_scales  # noqa: E402
 from glaref._verdict import budget_bound  # noqa: E402
 from glaref.kernels._chunked_vector import sub_chunk  # noqa: E402
@@ -27,8 +28,6 @@ from test_kernels import rounded, x64  # noqa: E402
 
 pytestmark = pytest.mark.jax
 
-GRADS = ("q", "k", "v", "log_alpha", "h0")
-OUTPUTS = ("o", "h_T") + GRADS
 KERNELS = ["chunked", "scan"]
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from glaref import regimes
-from glaref._inputs import Dims
+from glaref._inputs import ARRAYS, Dims
 from glaref._problems import make_problem, plan, round_problem, round_to_dtype
 
 try:
@@ -68,7 +68,7 @@ def test_bfloat16_equals_ml_dtypes():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_torch_holds_the_rounded_problem_exactly(dtype):
     p = make_problem("standard", Dims(2, 1, 2, 9, 4, 3), 0, dtype)
-    for name in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T"):
+    for name in ARRAYS:
         x = getattr(p, name)
         back = torch.from_numpy(x).to(getattr(torch, dtype)).double().numpy()
         assert np.array_equal(back, x), name

@@ -25,12 +25,11 @@ from glaref import _reference
 from glaref._exact import MP_DPS
 from glaref._exact import closed_form as _mp_closed_form
 from glaref._exact import scaled_error as _mp_scaled_err
-from glaref._inputs import Problem
+from glaref._inputs import ARRAYS, GRADS, Problem
 from glaref.tolerances import U64, tol
 
 from conftest import IMPLS, abs_problem, assert_scaled, rand_problem, rel_err
 
-NAMES = ("q", "k", "v", "log_alpha", "h0")
 
 # Sizes of the trust checks. The tolerances' derivations assume T <= 16, dk, dv <= 8 and at most
 # 4096 summed elements (see glaref/tolerances.py); _check_trust_shape holds every case to that.
@@ -101,7 +100,7 @@ def _directions(p: Problem, seed: int) -> dict[str, np.ndarray]:
     """One random direction per input, scaled like that input (so steps are relative)."""
     rng = np.random.default_rng(seed + 1000)
     out = {}
-    for name in NAMES:
+    for name in GRADS:
         x = getattr(p, name)
         rms = float(np.sqrt(np.mean(x * x))) if x.size else 1.0
         out[name] = max(rms, 1e-3) * rng.standard_normal(x.shape)
@@ -110,7 +109,7 @@ def _directions(p: Problem, seed: int) -> dict[str, np.ndarray]:
 
 def _loss_reference(p: Problem, scale: float, **override) -> complex | float:
     """L = sum(o * do) + sum(h_T * dh_T) through the NumPy reference forward (any dtype)."""
-    a = {n: override.get(n, getattr(p, n)) for n in NAMES}
+    a = {n: override.get(n, getattr(p, n)) for n in GRADS}
     o, h_T = _reference.forward(a["q"], a["k"], a["v"], a["log_alpha"], a["h0"], scale)
     return np.sum(o * p.do) + np.sum(h_T * p.dh_T)
 
@@ -197,7 +196,7 @@ def _mp_closed_form_vector(p: Problem, scale: float, mp) -> dict[str, np.ndarray
     def cv(x):
         return np.vectorize(F, otypes=[object])(x) if x.size else np.empty(x.shape, object)
 
-    q, k, v, la, h0, do, dh = (cv(getattr(p, n)) for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T"))
+    q, k, v, la, h0, do, dh = (cv(getattr(p, n)) for n in ARRAYS)
 
     def dot(a, b):
         return mp.fsum(x * y for x, y in zip(a, b))
@@ -419,7 +418,7 @@ def measure_finite_difference(case, impl: str, seed: int = 0) -> dict[str, dict[
     dirs = _directions(p, seed)
     pa = abs_problem(p)
     out = {}
-    for label, names in [(n, (n,)) for n in NAMES] + [("joint", NAMES)]:
+    for label, names in [(n, (n,)) for n in GRADS] + [("joint", GRADS)]:
         plus = {n: getattr(p, n) + FD_EPS * dirs[n] for n in names}
         minus = {n: getattr(p, n) - FD_EPS * dirs[n] for n in names}
         fd = float(_loss_reference(p, scale, **plus) - _loss_reference(p, scale, **minus)) / (2 * FD_EPS)
@@ -475,10 +474,10 @@ def _jax_scan(jax, q, k, v, log_alpha, h0, scale):
 
 def _jax_all(jax, p: Problem, scale: float) -> dict[str, np.ndarray]:
     jnp = jax.numpy
-    args = [jnp.asarray(getattr(p, n), dtype=jnp.float64) for n in NAMES]
+    args = [jnp.asarray(getattr(p, n), dtype=jnp.float64) for n in GRADS]
     (o, h_T), pullback = jax.vjp(lambda *a: _jax_scan(jax, *a, scale), *args)
     grads = pullback((jnp.asarray(p.do), jnp.asarray(p.dh_T)))
-    return {"o": np.asarray(o), "h_T": np.asarray(h_T), **{n: np.asarray(x) for n, x in zip(NAMES, grads)}}
+    return {"o": np.asarray(o), "h_T": np.asarray(h_T), **{n: np.asarray(x) for n, x in zip(GRADS, grads)}}
 
 
 JAX_CASES = CS_CASES + [("g2h4_T16_d8", (1, 2, 4, 16, 8, 8), "standard", 0.35, 1.0),

@@ -12,20 +12,20 @@ import pytest
 
 import glaref
 from glaref import _reference
+from glaref._inputs import ARRAYS, GRADS
 from glaref.tolerances import U64, tol
 
 from conftest import IMPLS, abs_problem, assert_scaled, rand_problem, rel_err
 
-GRAD_NAMES = ("q", "k", "v", "log_alpha", "h0")
 
 
 def _fwd(p, impl, scale=1.0, **over):
-    a = {n: over.get(n, getattr(p, n)) for n in ("q", "k", "v", "log_alpha", "h0")}
+    a = {n: over.get(n, getattr(p, n)) for n in GRADS}
     return glaref.forward(a["q"], a["k"], a["v"], a["log_alpha"], a["h0"], scale=scale, impl=impl)
 
 
 def _vjp(p, impl, scale=1.0, **over):
-    a = {n: over.get(n, getattr(p, n)) for n in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T")}
+    a = {n: over.get(n, getattr(p, n)) for n in ARRAYS}
     return glaref.vjp(a["q"], a["k"], a["v"], a["log_alpha"], a["h0"], a["do"], a["dh_T"],
                       scale=scale, impl=impl)
 
@@ -139,7 +139,7 @@ def test_scale_enters_linearly(impl):
     g_s = _vjp(p, impl, scale=s)
     g_1 = _vjp(p, impl, scale=1.0, do=s * p.do)
     sc = _abs_vjp(p._replace(do=abs(s) * p.do), 1.0)
-    for name, a, b, c in zip(GRAD_NAMES, g_s, g_1, sc):
+    for name, a, b, c in zip(GRADS, g_s, g_1, sc):
         assert_scaled(a, b, c, t, f"d{name} with scale folded into do")
 
 
@@ -157,7 +157,7 @@ def test_bthd_layout_is_the_transposed_bhtd(impl):
     g_t = glaref.vjp(sw(p.q), sw(p.k), sw(p.v), sw(p.log_alpha), p.h0, sw(p.do), p.dh_T,
                      scale=0.9, layout="bthd", impl=impl)
     assert g_t.q.shape == (2, 7, 2, 3) and g_t.log_alpha.shape == (2, 7, 4) and g_t.h0.shape == (2, 4, 3, 5)
-    for name, a, b in zip(GRAD_NAMES, g_t, g):
+    for name, a, b in zip(GRADS, g_t, g):
         a = a if name == "h0" else sw(a)
         assert np.array_equal(a, b), f"d{name}: bthd differs from bhtd"
 

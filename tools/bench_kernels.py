@@ -33,6 +33,7 @@ import sys
 import time
 
 import numpy as np
+from glaref._inputs import GRADS
 
 SEED_CONFIGS = {  # [batch, groups, heads, dk, dv], as in the seed report
     "g2h8_d128": (4, 2, 8, 128, 128),
@@ -40,7 +41,7 @@ SEED_CONFIGS = {  # [batch, groups, heads, dk, dv], as in the seed report
     "g1h1_d128": (4, 1, 1, 128, 128),
     "g2h4_dk48_dv40": (4, 2, 4, 48, 40),
 }
-GRAD_NAMES = ("q", "k", "v", "log_alpha", "h0")
+GRAD_NAMES = GRADS
 
 TARGETS = {
     "accuracy_max_rel_err": 1e-5,          # every output and gradient, both kernels, float32

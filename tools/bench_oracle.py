@@ -46,13 +46,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-SEED_CONFIGS = {  # name: (B, G, H, dk, dv), as in the seed report
-    "g2h8_d128": (4, 2, 8, 128, 128),
-    "g1h24_dk128_dv64": (2, 1, 24, 128, 64),
-    "g1h1_d128": (4, 1, 1, 128, 128),
-    "g2h4_dk48_dv40": (4, 2, 4, 48, 40),
-}
-SEED_SEQS = (512, 2048, 8192)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -193,6 +186,7 @@ def worker_grid(repeats: int) -> dict:
     import numba
 
     from glaref import _numba
+    from glaref.audit._presets import SEED_CONFIGS, SEED_SEQS
 
     data = {(name, T): _inputs(B, G, H, T, dk, dv)
             for name, (B, G, H, dk, dv) in SEED_CONFIGS.items() for T in SEED_SEQS}
@@ -402,6 +396,8 @@ def print_table(r: dict) -> None:
               f"{c['time_fwd_vjp_s']:>10.4f} {c['gflops_fwd_vjp']:>7.1f} {c['matmul_gflops']:>7.1f} "
               f"{c['frac_fwd_vjp']:>6.3f} {c['data_mb']:>8.0f} {c['peak_rss_mb']:>8.0f} "
               f"{c['run_peak_mb']:>8.0f}")
+    from glaref.audit._presets import SEED_SEQS
+
     g = r["seed_grid"]
     print(f"seed grid (4 configs x T in {SEED_SEQS}, fwd+vjp): {g['wall_s']:.2f} s wall "
           f"({g['threads']} threads)")

@@ -31,8 +31,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-OUTPUTS = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
-SHORT = {"o": "o", "h_T": "h_T", "q": "q", "k": "k", "v": "v", "log_alpha": "la", "h0": "h0"}
+from glaref._inputs import OUTPUTS  # noqa: E402
+from glaref.audit._report import SHORT  # noqa: E402
+
 
 
 def _failed(rec: dict) -> list[str]:

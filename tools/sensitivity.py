@@ -83,6 +83,7 @@ def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="sc
     """{"sensitivity": [...], "zoo": [...]}; ``sink(part)``, when given, receives each problem's
     rows as they are measured (``--jsonl``: a long run keeps what it measured)."""
     from glaref import _judge, _sensitivity
+    from glaref._inputs import OUTPUTS
     import zoo
 
     subs = subjects(gate)
@@ -106,7 +107,7 @@ def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="sc
                             if key not in runs:
                                 runs[key] = _sensitivity.jax_outputs(fn, truth, dtype)
                             outs, dts = runs[key]
-                            for name in _judge.NAMES:
+                            for name in OUTPUTS:
                                 for kind in _sensitivity.KINDS:
                                     r = _sensitivity.threshold(truth, name, outs[name], dts[name], kind,
                                                                chunk_size=chunk, **judge)
@@ -132,7 +133,7 @@ def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="sc
 
 
 def summarise(res: dict, allowed: float) -> tuple[str, bool]:
-    from glaref._judge import NAMES
+    from glaref._inputs import OUTPUTS
 
     lines, ok = [], True
     sens = res["sensitivity"]
@@ -141,10 +142,10 @@ def summarise(res: dict, allowed: float) -> tuple[str, bool]:
             rows = [r for r in sens if r["dtype"] == dtype and r["subject"] == subject]
             lines.append(f"\nsensitivity, {dtype}, {subject}: worst (threshold / natural error) over "
                          f"configs, T, seeds and both injections")
-            lines.append(f"{'regime':14}" + "".join(f"{n:>10}" for n in NAMES))
+            lines.append(f"{'regime':14}" + "".join(f"{n:>10}" for n in OUTPUTS))
             for regime in dict.fromkeys(r["regime"] for r in rows):
                 cells = []
-                for n in NAMES:
+                for n in OUTPUTS:
                     v = max(r["ratio"] for r in rows if r["regime"] == regime and r["output"] == n)
                     cells.append(f"{v:10.3g}")
                     if subject == "chunked (user, unknown)" and v > TARGET:

@@ -38,16 +38,14 @@ import numpy as np
 
 from .. import _budget, _judge, _metrics, _problems
 from .._errors import GlarefError, NonFiniteError
-from .._inputs import Dims, Problem, check_layout, check_scale, from_canonical, to_canonical
+from .._inputs import (_KIND, ARRAYS, DTYPES, FORWARD, GRADS, Dims, Problem, check_layout,
+                       check_scale, from_canonical, kernel_returns, to_canonical)
 from .._inputs import output_problem as _output_problem
 from ._errors import AuditUsageError
 from ._presets import BUILTIN_IMPLS, MODES, PRESETS, check_config, config_name, parse_config
 from ._subjects import Subject, resolve
 from . import _device, _report, _timing
 from ..tolerances import UNIT_ROUNDOFF
-
-# where each output lives in a layout: the _inputs "kind" of every kernel output and gradient
-_KINDS = {"o": "v", "h_T": "state", "q": "qk", "k": "qk", "v": "v", "log_alpha": "gate", "h0": "state"}
 
 
 def _default_oracle() -> str:
@@ -161,7 +159,7 @@ def _checked(configs, seqs, modes, *, pre, dtype: str, layout: str, scale, seed,
     cfgs = _configs(configs, pre.configs)
     seq_list = _seqs(seqs, pre.seqs)
     mode_list = _choices("mode", modes if modes is not None else pre.modes, MODES)
-    _choices("dtype", dtype, _metrics.FLOAT_DTYPES)
+    _choices("dtype", dtype, DTYPES)
     try:
         check_layout(layout)
         scale = check_scale(scale)
@@ -171,7 +169,7 @@ def _checked(configs, seqs, modes, *, pre, dtype: str, layout: str, scale, seed,
     if chunk_size is not None:
         chunk_size = _integer("chunk_size", chunk_size, 1)
     if accumulate_dtype is not None:
-        _choices("accumulate_dtype", accumulate_dtype, _metrics.FLOAT_DTYPES)
+        _choices("accumulate_dtype", accumulate_dtype, DTYPES)
     regime_list = _choices("regime", regimes, _regimes.REGIMES)
     oracle = oracle_impl or _default_oracle()
     _choices("oracle_impl", oracle, ("numba", "numpy"))
@@ -278,34 +276,6 @@ def _warm_oracle(impl: str, gate: str = "scalar", packed: bool = False) -> None:
 
 # ---------------------------------------------------------------- one row
 
-def _shape_in(layout: str, kind: str, canonical: tuple[int, ...]) -> tuple[int, ...]:
-    if layout == "bhtd" or kind == "state":
-        return canonical
-    s = list(canonical)
-    s[1], s[2] = s[2], s[1]
-    return tuple(s)
-
-
-def _kernel_structure(out, dims: Dims, layout: str, n_states: int | None = None) -> tuple[bool, str | None]:
-    """(returns a final state?, problem with the output or None) from jax.eval_shape's result.
-    n_states: the leading size of h_T (B, or N packed sequences)."""
-    o_shape = _shape_in(layout, "v", (dims.B, dims.H, dims.T, dims.dv))
-    hT_shape = (dims.B if n_states is None else n_states, dims.H, dims.dk, dims.dv)
-    if out is None:
-        return False, "kernel returned None, expected o or (o, h_T)"
-    if isinstance(out, (tuple, list)):
-        if len(out) != 2:
-            return False, f"kernel returned {len(out)} values, expected o or (o, h_T)"
-        o, h_T = out
-        final = True
-    else:
-        o, h_T, final = out, None, False
-    problem = _output_problem("o", o, o_shape, layout)
-    if problem is None and final:
-        problem = _output_problem("h_T", h_T, hT_shape, None)
-    return final, problem
-
-
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return f"SystemExit (sys.exit({exc.code!r}))"
@@ -359,10 +329,10 @@ def _judged(rec: dict[str, Any], per: dict[str, Any], canonical: dict[str, np.nd
             truth.scales(final, True)["log_alpha"], cdtype, truth.budget_view()[0])[0]
     failures = [a.reason for a in per.values() if not a.ok]
 
-    outs_names = [n for n in _metrics.OUTPUTS if n in per]
+    outs_names = [n for n in FORWARD if n in per]
     rec["rel_err"] = _worst(a.rel_err for a in per.values())
     if mode == "fwd_bwd":
-        rec["rel_err_grads"] = {n: per[n].rel_err for n in _metrics.GRADS}
+        rec["rel_err_grads"] = {n: per[n].rel_err for n in GRADS}
     rec["rel_err_out"] = {n: per[n].rel_err for n in outs_names}
     rec["max_abs_err"] = {n: a.max_abs_err for n, a in per.items()}
     rec["reference_rel_err"] = {n: a.baseline_rel_err for n, a in per.items()}
@@ -410,9 +380,8 @@ class _Run:
     def device_arrays(self, p: Problem) -> dict[str, Any]:
         """The problem in the kernel's layout and dtype, on the device (cotangents included)."""
         out = {}
-        for name in ("q", "k", "v", "log_alpha", "h0", "do", "dh_T"):
-            kind = {"do": "v", "dh_T": "state"}.get(name, _KINDS.get(name))
-            x = from_canonical(getattr(p, name), kind, self.layout)
+        for name in ARRAYS:
+            x = from_canonical(getattr(p, name), _KIND[name], self.layout)
             out[name] = self.jax.device_put(np.asarray(x, dtype=self.np_dtype), self.device)
         return out
 
@@ -445,7 +414,7 @@ class _Run:
         try:
             with self.precision_ctx():
                 shape = jax.eval_shape(fn, *inputs)
-            final, problem = _kernel_structure(shape, dims, self.layout, truth.p.n_states)
+            _, final, problem = kernel_returns(shape, dims, self.layout, truth.p.n_states)
             if problem is not None:
                 rec.update({"skipped": problem, **params(final), "ok": False,
                             "failures": [problem]})
@@ -492,7 +461,7 @@ class _Run:
             raw = {"o": out[0] if final else out}
             if final:
                 raw["h_T"] = out[1]
-            raw.update(zip(_metrics.GRADS, grads))
+            raw.update(zip(GRADS, grads))
         acc = _accumulate(subject, self.cdtype)
         arrays = {n: np.asarray(x) for n, x in raw.items()}
         for name, x in arrays.items():
@@ -501,7 +470,7 @@ class _Run:
                 rec.update({"skipped": bad_dtype, **measured, **params(final),
                             "ok": False, "failures": [bad_dtype]})
                 return rec
-        canonical = {n: to_canonical(_to64(x), _KINDS[n], self.layout) for n, x in arrays.items()}
+        canonical = {n: to_canonical(_to64(x), _KIND[n], self.layout) for n, x in arrays.items()}
         per = _judge.assess_outputs(
             truth, canonical, {n: _dtype_name(x.dtype) for n, x in arrays.items()}, final=bool(final),
             grads=mode == "fwd_bwd", compute_dtype=self.cdtype, accumulate_dtype=acc,
@@ -786,7 +755,7 @@ def _framework_row(kernel: Callable, name: str, framework: str, mode: str, cname
         params["forward_only"] = run.no_grads
     inputs_seen = run.inputs
     if not all(np.array_equal(getattr(inputs_seen, n), getattr(truth.p, n))
-               for n in ("q", "k", "v", "log_alpha", "h0")):
+               for n in GRADS):
         # the framework rounded differently from glaref (never expected: the problem holds
         # values of the dtype already); judge against what the kernel received
         truth = _judge.Truth(inputs_seen, scale, oracle_impl)

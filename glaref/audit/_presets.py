@@ -24,6 +24,8 @@ QUICK_CONFIGS: dict[str, tuple[int, int, int, int, int]] = {
     "g1h2_dk16_dv48": (1, 1, 2, 16, 48),
 }
 
+SEED_SEQS = (512, 2048, 8192)
+
 CONFIGS = {**SEED_CONFIGS, **QUICK_CONFIGS}
 
 BUILTIN_IMPLS = ("chunked", "scan")
@@ -41,7 +43,7 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     "quick": Preset(BUILTIN_IMPLS, QUICK_CONFIGS, (100, 1000), MODES, 3),
-    "seed": Preset(BUILTIN_IMPLS, SEED_CONFIGS, (512, 2048, 8192), MODES, 3),
+    "seed": Preset(BUILTIN_IMPLS, SEED_CONFIGS, SEED_SEQS, MODES, 3),
 }
 
 

@@ -21,6 +21,7 @@ import os
 import tempfile
 from typing import Any, Iterable, TextIO
 
+from .._inputs import OUTPUTS
 from ._errors import AuditEnvironmentError, AuditUsageError
 
 # Record keys beyond the seed report's (tests hold the schema to exactly these).
@@ -32,7 +33,7 @@ RECORD_ADDITIONS = (
     "verdict", "oracle_ms",
 )
 
-ERR_COLUMNS = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
+ERR_COLUMNS = OUTPUTS
 
 # what --plot writes (matplotlib picks the format from the extension, and appends ".png" to a
 # name without one: refused here so that the file written is the file named)

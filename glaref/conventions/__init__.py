@@ -17,7 +17,7 @@ Loading these modules needs numpy only; torch is imported when a torch case is a
 from __future__ import annotations
 
 # glaref's names for a kernel's outputs and gradients (o, h_T, then the five inputs)
-from .._metrics import NAMES as GLAREF_NAMES
+from .._inputs import OUTPUTS as GLAREF_NAMES
 
 # A result glaref's seven names cannot hold: the gradient of a per-head constant log decay
 # (flash-linear-attention's g_gamma, RetNet's gamma), i.e. dlog_alpha summed over batch and

@@ -44,7 +44,7 @@ import numpy as np
 from .._errors import ShapeError
 from .._frameworks import dtype_name, to_host_float64
 from .._inputs import Dims, canonicalize, from_canonical, to_canonical
-from . import LOG_ALPHA_BT_SUM
+from . import GLAREF_NAMES, LOG_ALPHA_BT_SUM
 
 __all__ = ["gla_case", "gla_inputs", "gla_outputs", "simple_gla_case", "simple_gla_from_glaref", "simple_gla_inputs", "simple_gla_outputs",
            "simple_gla_reference", "simple_gla_scales"]
@@ -181,7 +181,7 @@ def _reference(fn_scales: bool, q, k, v, g, g_gamma, scale, initial_state, do, d
     args = (m["q"], m["k"], m["v"], m["log_alpha"], m["h0"])
     if fn_scales:
         s = glaref.scales(*args, m["do"], m["dh_T"], scale=m["scale"], impl=impl)
-        res = {n: getattr(s, n) for n in ("o", "h_T", "q", "k", "v", "log_alpha", "h0")}
+        res = {n: getattr(s, n) for n in GLAREF_NAMES}
     else:
         o, h_T = glaref.forward(*args, scale=m["scale"], impl=impl)
         res = {"o": o, "h_T": h_T}

@@ -47,6 +47,7 @@ from scipy.special import expit
 from .._errors import ShapeError
 from .._frameworks import dtype_name, to_host_float64
 from .._inputs import Dims, canonicalize, from_canonical
+from . import GLAREF_NAMES
 
 __all__ = ["INPUT_NAMES", "ssd_case", "ssd_from_glaref", "ssd_inputs", "ssd_outputs",
            "ssd_reference", "ssd_scales"]
@@ -220,7 +221,7 @@ def _reference(scales: bool, x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial
     args = (p.q, p.k, p.v, p.log_alpha, p.h0)
     if scales:
         sc = glaref.scales(*args, p.do, p.dh_T, impl=impl)
-        core = {n: getattr(sc, n) for n in ("o", "h_T", "q", "k", "v", "log_alpha", "h0")}
+        core = {n: getattr(sc, n) for n in GLAREF_NAMES}
     else:
         o, h_T = glaref.forward(*args, impl=impl)
         core = {"o": o, "h_T": h_T}

@@ -49,6 +49,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._inputs import check_scale
 from . import _common as c
 
 
@@ -270,7 +271,7 @@ def chunked(q, k, v, log_alpha, h0=None, *, chunk_size: int = 64, layout: str = 
                             return_final_state=return_final_state, chunk_size=chunk_size,
                             precision=precision, scale=scale)
     B, G, H, T, dk, dv = c.check_inputs(q, k, v, log_alpha, h0, layout)
-    cfg = _Config(int(chunk_size), layout, c.check_precision(precision), c.check_scale(scale), G)
+    cfg = _Config(int(chunk_size), layout, c.check_precision(precision), check_scale(scale), G)
     if log_alpha.ndim == 4:
         from ._chunked_vector import chunked_vector_core
         o, h_T = chunked_vector_core(cfg, q, k, v, log_alpha, h0)

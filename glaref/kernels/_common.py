@@ -46,16 +46,6 @@ def check_precision(precision):
                      "'default', 'high', 'highest'")
 
 
-def check_scale(scale) -> float:
-    try:
-        s = float(scale)
-    except (TypeError, ValueError):
-        raise TypeError(f"scale: got {scale!r}, expected a real number (static, not traced)") from None
-    if s != s or s in (float("inf"), float("-inf")):
-        raise ValueError(f"scale: got {s}, expected a finite number")
-    return s
-
-
 def _check_float(x, name: str) -> None:
     dt = jnp.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype
     if not jnp.issubdtype(dt, jnp.floating):

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._inputs import check_scale
 from . import _common as c
 
 
@@ -47,7 +48,7 @@ def scan(q, k, v, log_alpha, h0=None, *, layout: str = "bhtd", checkpoint_every:
                                          or checkpoint_every < 1):
         raise ValueError(f"checkpoint_every: got {checkpoint_every!r}, expected None or a positive int")
     precision = c.check_precision(precision)
-    scale = c.check_scale(scale)
+    scale = check_scale(scale)
     ein = partial(jnp.einsum, precision=precision)
 
     vector = log_alpha.ndim == 4
