@@ -33,6 +33,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ._inputs import FORWARD
+
 __all__ = ["DEFAULT_CONFIG", "DEFAULT_SEQS", "assert_close_to_oracle", "check_kernel"]
 
 # Small enough to run in seconds on a CPU, large enough to exercise what kernels get wrong:
@@ -62,7 +64,7 @@ def _describe(rec: dict[str, Any]) -> str:
     tiers = rec.get("failed_tier") or {}
     for reason in rec.get("failures", []):
         name = reason.split(":", 1)[0]
-        label = name if name in ("o", "h_T") else f"{name} (gradient)"
+        label = name if name in FORWARD else f"{name} (gradient)"
         figures = (f"{tiers.get(name)} tier: {_figure(ratios.get(name))}x the reference kernels' "
                    f"error (allowed {_figure(rec.get('allowed_ratio'))}x; rel_err "
                    f"{_figure(rel.get(name))} vs {_figure(base.get(name))}), "
@@ -315,7 +317,7 @@ def _judged_values(actual: Mapping[str, Any], p, layout: str):
         spelled = want if layout == "bhtd" or _KIND[name] == "state" else \
             (want[0], want[2], want[1]) + want[3:]
         if a.shape != spelled:
-            label = name if name in ("o", "h_T") else f"d{name}"
+            label = name if name in FORWARD else f"d{name}"
             raise ShapeError(f"actual[{name!r}]: got shape {a.shape}, expected {spelled} (the "
                              f"shape of {label} for these inputs, layout {layout})")
         values[name] = to_canonical(a, _KIND[name], layout)
@@ -346,7 +348,7 @@ def _table(per, worst: dict, skipped: list[str], unjudged: list[str]) -> str:
             "proven_bound", "max_abs_err", "at", "non-finite")
     rows = [head]
     for name, a in per.items():
-        label = name if name in ("o", "h_T") else f"d{name}"
+        label = name if name in FORWARD else f"d{name}"
         nonfinite = "-" if not a.nonfinite else f"{a.nonfinite}, first at {tuple(a.first_nonfinite)}"
         at = worst.get(name)
         rows.append((label, "ok" if a.ok else f"FAIL {a.failed_tier}", _figure(a.ratio),

@@ -304,7 +304,6 @@ def _worst(values: Iterable[float]) -> float:
     return max(vals) if vals else math.nan
 
 
-DEFAULT_ACCUMULATE = _judge.DEFAULT_ACCUMULATE
 
 
 def _accumulate(subject: Subject, cdtype: str) -> str | None:

@@ -21,7 +21,7 @@ import os
 import tempfile
 from typing import Any, Iterable, TextIO
 
-from .._inputs import OUTPUTS
+from .._inputs import FORWARD, GRADS, OUTPUTS
 from ._errors import AuditEnvironmentError, AuditUsageError
 
 # Record keys beyond the seed report's (tests hold the schema to exactly these).
@@ -351,7 +351,7 @@ def plot(records: list[dict[str, Any]], path) -> None:
                 style["linestyle"] = "-" if mode == "fwd" else "--"
             else:
                 # o and h_T from the fwd rows when there are any, gradients from fwd_bwd rows
-                if panel in ("o", "h_T") and mode != "fwd" and has_fwd:
+                if panel in FORWARD and mode != "fwd" and has_fwd:
                     continue
                 pts = [(r["seq"], errs(r).get(panel)) for r in rs]
                 allowed = [(r["seq"], (r.get("reference_rel_err") or {}).get(panel)) for r in rs]
@@ -371,7 +371,7 @@ def plot(records: list[dict[str, Any]], path) -> None:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("seq")
-        grad = panel in ("q", "k", "v", "log_alpha", "h0")
+        grad = panel in GRADS
         ax.set_title("median ms per call" if panel == "time" else
                      f"rel_err d{panel}" if grad else f"rel_err {panel}")
         ax.grid(True, which="both", alpha=0.3)

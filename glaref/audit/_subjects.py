@@ -13,7 +13,7 @@ judged with its chunk length (the ``chunk_size`` default, 64) and ``scan`` with 
 float32 accumulation for narrower inputs (glaref.kernels docstring), so they are judged with
 ``accumulate_dtype="float32"``. A user kernel is judged with the ``chunk_size`` and
 ``accumulate_dtype`` the caller gives (``--chunk-size``, ``--accumulate-dtype``), by default None:
-unknown chunking, and float32 accumulation for narrower inputs (the engine's DEFAULT_ACCUMULATE).
+unknown chunking, and float32 accumulation for narrower inputs (``glaref._judge.DEFAULT_ACCUMULATE``).
 
 Vector gates need nothing of a kernel's signature: log_alpha simply has rank 4. Packed sequences
 (the audit's ``cu_seqlens``) do: a kernel is given the offsets as the keyword ``cu_seqlens`` (a
