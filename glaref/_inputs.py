@@ -54,10 +54,6 @@ class Dims:
     dk: int
     dv: int
 
-    @property
-    def heads_per_group(self) -> int:
-        return self.H // self.G
-
 
 class Problem(NamedTuple):
     """Canonical float64 "bhtd" arrays of one problem (cotangents may be None)."""

@@ -795,7 +795,7 @@ def _one_blas_thread():
     global _CONTROLLER
     try:
         from threadpoolctl import ThreadpoolController
-    except ImportError:  # pragma: no cover - threadpoolctl is in the test extra
+    except ImportError:  # pragma: no cover - threadpoolctl is a dependency; a broken install
         import contextlib
         import warnings
         if _CONTROLLER is None:

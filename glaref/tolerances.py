@@ -43,8 +43,10 @@ TOLERANCES: dict[str, Tolerance] = {
     # the multiply by alpha, the k v^T product and the add (4 per step), one dot product over dk
     # or dv, ceil(log2 N) for numpy's pairwise sums of N elements, and a few for scale and casts.
     # The trust tests use T <= 16, dk, dv <= 8, N <= 4096 (the tests assert it), so per
-    # evaluation n <= 4*16 + 8 + 8 + 12 + 8 = 100. A chunked oracle that forms exp(b_t - b_s)
-    # from cumulative sums b of log_alpha adds |b_t - b_s| u (exp's condition number).
+    # evaluation n <= 4*16 + 8 + 8 + 12 + 8 = 100. An oracle that formed exp(b_t - b_s) from
+    # cumulative sums b of log_alpha would add |b_t - b_s| u (exp's condition number); the Numba
+    # oracle forms every decay as a running product of alphas (glaref/_numba.py: j - i roundings,
+    # counted in the per-step 4), so the |b_t - b_s| allowances below are margin it does not use.
 # Vector gates (log_alpha (B, H, T, dk), docs/math.md section 9) and packed sequences use the
 # same entries, by the same derivation: a term's path has the same roundings per step (the exp of
 # its own dimension's gate, the row scaling by it, the k v^T product, the add), the dot products
@@ -64,8 +66,8 @@ TOLERANCES: dict[str, Tolerance] = {
         "|complex-step <g,u> - vjp <g,u>| over the term scale of the projection. Complex side: "
         "the imaginary part is a forward-mode derivative in complex128, about two roundings per "
         "real one (a complex multiply-add), so <= 2 * 100 u; vjp side <= 100 u plus the "
-        "projection's own sum (log2 N + 1 <= 13) plus <= 80 u of a chunked oracle's cumulative "
-        "log-decays (|b_t - b_s| <= 16 * 5 on these gates): ~ 400 u in all. h = 1e-30 makes the "
+        "projection's own sum (log2 N + 1 <= 13) plus <= 80 u of margin for cumulative "
+        "log-decays (|b_t - b_s| <= 16 * 5 on these gates, see above): ~ 400 u in all. h = 1e-30 makes the "
         "truncation (h^2 |L'''|) vanish.",
     ),
     "trust_mpmath": Tolerance(
@@ -73,25 +75,25 @@ TOLERANCES: dict[str, Tolerance] = {
         "max |oracle - exact| / term scale with the exact value from an independent mpmath "
         "closed form at 50 digits (the exact side has no error). One float64 evaluation on "
         "T <= 8, dk, dv <= 3: n <= 4*8 + 3 + 3 + 12 + 8 = 58, plus up to |b_t - b_s| <= 8 * 30 = "
-        "240 for a chunked oracle at log_alpha = -30: ~ 300 u.",
+        "240 of margin for cumulative log-decays at log_alpha = -30 (see above): ~ 300 u.",
     ),
     "trust_jax_scan_f64": Tolerance(
         300 * U64,
         "max |oracle - jax.vjp(lax.scan)| / term scale, both float64 on the trust shapes: two "
-        "evaluations each within 100 u, plus <= 80 u of cumulative log-decays for a chunked "
-        "oracle (|b_t - b_s| <= 16 * 5 on standard gates): 280 u, rounded up to 300 u.",
+        "evaluations each within 100 u, plus <= 80 u of margin for cumulative log-decays "
+        "(|b_t - b_s| <= 16 * 5 on standard gates, see above): 280 u, rounded up to 300 u.",
     ),
     "trust_structural": Tolerance(
         300 * U64,
         "max |a - b| / term scale for two float64 evaluations of the same exact quantity that "
         "differ only in arrangement (linearity in q or v, a head run alone, scale folded into "
-        "do): two evaluations within 100 u each plus <= 80 u of a chunked oracle's cumulative "
-        "log-decays on the trust shapes with standard gates; rounded up to 300 u.",
+        "do): two evaluations within 100 u each plus <= 80 u of margin for cumulative "
+        "log-decays on the trust shapes with standard gates (see above); rounded up to 300 u.",
     ),
     "trust_multichunk": Tolerance(
         2000 * U64,
         "The trust checks (complex step, mpmath, jax scan) on the sizes that cross the Numba "
-        "oracle's 64-step chunks: T <= 160, dk, dv <= 4, N <= 4096. Per float64 evaluation "
+        "oracle's chunks (glaref._numba.CHUNK = 32 steps): T <= 160, dk, dv <= 4, N <= 4096. Per float64 evaluation "
         "n <= 4*160 + 4 + 4 + 12 + 8 = 668 roundings (derivation above); a comparison involves at "
         "most three evaluations' worth (complex step: 2 for the complex side + 1 for vjp): "
         "~ 2000 u. Still ~1e-13 of the term scale: any wrong term shows as O(1).",
@@ -330,7 +332,8 @@ TOLERANCES.update({
         "sums in another order; on the generating platform they are bit-identical). Two float64 "
         "evaluations of the same exact value, each within n u64 of the scale with, on the stored "
         "sizes (T <= 1000, dk, dv <= 128, |log_alpha| <= ~50 per step): n <= 5 T + dk + dv + "
-        "ceil(log2 N) + |b_t - b_s| over a 64-step chunk (<= 64 * 50 / 4 on average gates) ~ 6000; "
+        "ceil(log2 N) + a margin of |b_t - b_s| over 64 steps (<= 64 * 50 / 4 on average gates; "
+        "the Numba oracle's running products of alphas do not need it) ~ 6000; "
         "two of them, rounded up to 2^14 u64 (3.6e-12). A wrong value is off by O(1).",
     ),
     "golden_rule_figures": Tolerance(

@@ -16,7 +16,6 @@ to float64), so input quantisation is never counted as kernel error. Two checks 
 
 from __future__ import annotations
 
-import contextlib
 
 import numpy as np
 import pytest
@@ -30,26 +29,13 @@ from glaref import kernels  # noqa: E402
 from glaref._budget import budget_ulps, problem_scales  # noqa: E402
 from glaref._inputs import GRADS, OUTPUTS, Dims  # noqa: E402
 from glaref._verdict import budget_bound  # noqa: E402
+from glaref.audit._device import x64_scope  # noqa: E402
 from glaref.audit._presets import SEED_CONFIGS  # noqa: E402
 from glaref.tolerances import tol  # noqa: E402
 
 pytestmark = pytest.mark.jax
 
 
-
-@contextlib.contextmanager
-def x64():
-    """jax x64 for the duration of the block only (other tests keep float32 defaults)."""
-    if hasattr(jax, "enable_x64"):
-        with jax.enable_x64(True):
-            yield
-    else:  # older jax
-        old = jax.config.jax_enable_x64
-        jax.config.update("jax_enable_x64", True)
-        try:
-            yield
-        finally:
-            jax.config.update("jax_enable_x64", old)
 
 
 def _np_dtype(name: str):
@@ -171,7 +157,7 @@ def test_float64_under_x64(kname):
     B, G, H, T, dk, dv, C = 1, 2, 4, 65, 48, 40, 64
     p = rand_problem(B, G, H, T, dk, dv, seed=11)
     fn, kw, cs = _kernel(kname, C)
-    with x64():
+    with x64_scope():
         got, dts = run_kernel(fn, p, "float64", **kw)
     assert all(dt == jnp.float64 for dt in dts.values()), dts
     check_against_oracle(got, p, "float64", cs)

@@ -446,12 +446,10 @@ def test_finite_difference_projections(case, impl):
 @pytest.fixture
 def jax_x64():
     jax = pytest.importorskip("jax")
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
+    from glaref.audit._device import x64_scope
+
+    with x64_scope():
         yield jax
-    finally:
-        jax.config.update("jax_enable_x64", old)
 
 
 def _jax_scan(jax, q, k, v, log_alpha, h0, scale):

@@ -6,6 +6,7 @@ imported: its version comes from the installed package's metadata.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import platform
@@ -14,6 +15,24 @@ import subprocess
 from typing import Any
 
 from ._errors import AuditEnvironmentError
+
+
+@contextlib.contextmanager
+def x64_scope():
+    """jax's x64 mode for the block only: the scoped ``jax.enable_x64`` where this jax has it
+    (recent releases), else the global flag set and restored (older ones, down to the floor in
+    pyproject.toml)."""
+    jax = import_jax()
+    if hasattr(jax, "enable_x64"):
+        with jax.enable_x64(True):
+            yield
+        return
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", old)
 
 
 def import_jax():

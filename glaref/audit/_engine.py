@@ -359,7 +359,7 @@ class _Run:
     """Everything fixed for one audit call, and the per-row measurement."""
 
     def __init__(self, *, device, dtype: str, precision: str, layout: str, scale: float,
-                 repeats: int, seed: int, oracle_impl: str, memory_guard: bool):
+                 repeats: int, seed: int, memory_guard: bool):
         import jax
         import jax.numpy as jnp
 
@@ -367,7 +367,7 @@ class _Run:
         self.device = device
         self.dtype, self.np_dtype = dtype, jnp.dtype(dtype)
         self.precision, self.layout, self.scale = precision, layout, scale
-        self.repeats, self.seed, self.oracle_impl = repeats, seed, oracle_impl
+        self.repeats, self.seed = repeats, seed
         self.memory_guard = memory_guard
         self.cdtype = _metrics.compute_dtype(dtype, precision, device.platform)
 
@@ -384,7 +384,7 @@ class _Run:
             out[name] = self.jax.device_put(np.asarray(x, dtype=self.np_dtype), self.device)
         return out
 
-    def base(self, subject: Subject, mode: str, cname: str, dims: Dims, regime: str) -> dict[str, Any]:
+    def base(self, subject: Subject, mode: str, cname: str, dims: Dims) -> dict[str, Any]:
         return {"impl": subject.name, "mode": mode, "config": cname, "batch": dims.B,
                 "groups": dims.G, "heads": dims.H, "seq": dims.T, "dk": dims.dk, "dv": dims.dv}
 
@@ -402,7 +402,7 @@ class _Run:
     def row(self, subject: Subject, mode: str, cname: str, dims: Dims, regime: str,
             truth: _judge.Truth, arr: dict[str, Any]) -> dict[str, Any]:
         jax = self.jax
-        rec = self.base(subject, mode, cname, dims, regime)
+        rec = self.base(subject, mode, cname, dims)
         inputs = (arr["q"], arr["k"], arr["v"], arr["log_alpha"], arr["h0"])
         # packed sequences: the kernel receives the offsets (concrete int64) as cu_seqlens=
         cu = truth.p.cu_seqlens
@@ -484,7 +484,7 @@ class _Run:
     def declined(self, subject: Subject, mode: str, cname: str, dims: Dims, regime: str,
                  reason: str) -> dict[str, Any]:
         """A row glaref does not run (the oracle's memory guard): skipped, with the reason."""
-        return {**self.base(subject, mode, cname, dims, regime), "skipped": reason,
+        return {**self.base(subject, mode, cname, dims), "skipped": reason,
                 **self.params(subject, regime, None), "ok": None}
 
     def check_memory(self, mem: dict[str, float | None]) -> str | None:
@@ -639,14 +639,14 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     device = _device.select_device(backend)
     cdtype = _metrics.compute_dtype(dtype, precision, device.platform)
     _check_accumulate(accumulate_dtype, cdtype)
-    x64 = jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
+    x64 = _device.x64_scope() if dtype == "float64" else contextlib.nullcontext()
     with x64, jax.default_device(device):
         subjects = [resolve(i, layout=layout, precision=precision, scale=scale,
                             chunk_size=chunk_size, accumulate_dtype=accumulate_dtype,
                             packed=packing is not None)
                     for i in impl_list]
         run = _Run(device=device, dtype=dtype, precision=precision, layout=layout, scale=scale,
-                   repeats=reps, seed=seed, oracle_impl=oracle, memory_guard=memory_guard)
+                   repeats=reps, seed=seed, memory_guard=memory_guard)
         header = {
             "device": _device.device_info(device, precision),
             "config": {"device": device.platform, "configs": {k: list(v) for k, v in cfgs.items()},

@@ -41,8 +41,7 @@ from ._presets import BUILTIN_IMPLS
 @dataclass(frozen=True)
 class Subject:
     name: str            # the "impl" of the records
-    fn: Callable         # (q, k, v, log_alpha, h0) -> o | (o, h_T), arrays in ``layout``
-    layout: str
+    fn: Callable         # (q, k, v, log_alpha, h0) -> o | (o, h_T), arrays in the audit's layout
     chunk_size: int | None = None   # the kernel's chunk length (1: step by step; None: unknown)
     # the dtype the kernel promises to accumulate and carry states in when its inputs are narrower
     # (glaref._verdict, decision 5); None: every operation may round to the compute dtype
@@ -75,7 +74,7 @@ def _builtin(name: str, layout: str, precision: str, scale: float) -> Subject:
           "scale": scale}
     chunk = inspect.signature(fn).parameters.get("chunk_size")
     chunk_size = chunk.default if chunk is not None else 1
-    return Subject(name, functools.partial(fn, **kw), layout, chunk_size, "float32")
+    return Subject(name, functools.partial(fn, **kw), chunk_size, "float32")
 
 
 def _load_file(path: str):
@@ -138,7 +137,7 @@ def _user(spec: str, layout: str, scale: float, chunk_size: int | None,
                               "expected a callable")
     if _accepts(fn, "scale"):
         fn = functools.partial(fn, scale=scale)
-    return Subject(spec, fn, layout, chunk_size, accumulate_dtype)
+    return Subject(spec, fn, chunk_size, accumulate_dtype)
 
 
 def resolve(impl, *, layout: str, precision: str, scale: float, chunk_size: int | None = None,
@@ -161,7 +160,7 @@ def _resolve(impl, *, layout: str, precision: str, scale: float, chunk_size: int
     if callable(impl):
         fn = functools.partial(impl, scale=scale) if _accepts(impl, "scale") else impl
         name = getattr(impl, "__qualname__", None) or getattr(impl, "__name__", None) or repr(impl)
-        return Subject(name, fn, layout, chunk_size, accumulate_dtype)
+        return Subject(name, fn, chunk_size, accumulate_dtype)
     if not isinstance(impl, str) or not impl:
         raise AuditUsageError(f"impl: got {impl!r}, expected a kernel name, spec or callable")
     if impl in BUILTIN_IMPLS:

@@ -43,6 +43,4 @@ from __future__ import annotations
 from ._chunked import chunked
 from ._scan import scan
 
-KERNELS = {"chunked": chunked, "scan": scan}
-
-__all__ = ["KERNELS", "chunked", "scan"]
+__all__ = ["chunked", "scan"]
