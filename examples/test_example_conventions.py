@@ -7,7 +7,6 @@ import pytest
 from glaref.conventions import mamba2
 from glaref.tolerances import tol
 
-
 # ---- an FLA-style JAX kernel, through the plugin fixture -------------------------------------
 
 def fla_style_jax(q, k, v, g, scale=None, initial_state=None, output_final_state=False):

@@ -8,8 +8,16 @@ Importing glaref is cheap: numba, jax and the audit engine load only when first 
 
 from __future__ import annotations
 
-from ._errors import (ArgumentError, DTypeError, GlarefError, LayoutError, NonFiniteError,
-                      NonFiniteWarning, SeqlensError, ShapeError)
+from ._errors import (
+    ArgumentError,
+    DTypeError,
+    GlarefError,
+    LayoutError,
+    NonFiniteError,
+    NonFiniteWarning,
+    SeqlensError,
+    ShapeError,
+)
 from ._oracle import Grads, dlog_alpha_identity, forward, vjp
 
 __version__ = "0.1.0"

@@ -288,8 +288,9 @@ def run(kernel: str, p, scale: float, *, arith: str = "float32", operand: str | 
         storage: str | None = None, grads: bool = True, chunk: int = CHUNK) -> dict[str, np.ndarray]:
     """Run the same-precision reference kernel ``kernel`` ("scan" or "chunked", the latter with
     chunks of ``chunk`` steps) on canonical problem ``p`` (``_inputs.Problem``; with ``grads`` its
-    ``do`` is required and ``dh_T=None`` means zero). Returns float64 arrays under glaref's output names: o, h_T and, with ``grads``,
-    q, k, v, log_alpha, h0 (dq, dk summed over each group's heads, in head order).
+    ``do`` is required and ``dh_T=None`` means zero). Returns float64 arrays under glaref's
+    output names: o, h_T and, with ``grads``, q, k, v, log_alpha, h0 (dq, dk summed over each
+    group's heads, in head order).
 
     Vector gates (log_alpha (B, H, T, dk)) run the kernels' per-dimension forms
     (``_chunked_vector``, the scan's ``*_vector``). Packed sequences (``p.cu_seqlens``, B = 1) run
@@ -348,8 +349,8 @@ def _run_packed(kernel: str, p, scale: float, *, grads: bool, **arith) -> dict[s
     time_axis = {"o", "q", "k", "v", "log_alpha"}
     for n, (t0, t1) in enumerate(zip(cu[:-1], cu[1:])):
         ts = slice(t0, t1)
-        cut = lambda x: None if x is None else x[:, :, ts]            # noqa: E731
-        one = lambda x: None if x is None else x[n:n + 1]             # noqa: E731
+        cut = lambda x: None if x is None else x[:, :, ts]            # noqa: E731, B023
+        one = lambda x: None if x is None else x[n:n + 1]             # noqa: E731, B023
         sub = p._replace(q=cut(p.q), k=cut(p.k), v=cut(p.v), log_alpha=cut(p.log_alpha),
                          h0=one(p.h0), do=cut(p.do), dh_T=one(p.dh_T),
                          dims=dataclasses.replace(p.dims, B=1, T=t1 - t0), cu_seqlens=None)

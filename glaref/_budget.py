@@ -164,7 +164,8 @@ def _n_products(output: str, dims: Dims) -> float:
         raise ValueError(f"output: got {output!r}, expected one of {sorted(n)}") from None
 
 
-def budget_ulps(output: str, x, ref, scale, compute_dtype: str, dims: Dims) -> tuple[float, tuple[int, ...] | None]:
+def budget_ulps(output: str, x, ref, scale, compute_dtype: str,
+                dims: Dims) -> tuple[float, tuple[int, ...] | None]:
     """``max_i |x_i - ref_i| / (u * scale_i + floor)`` and the index of the worst element.
 
     output: o, h_T, q, k, v, log_alpha or h0 (sets the underflow floor); x: the kernel's value

@@ -57,7 +57,7 @@ def closed_form(p: Problem, scale: float, mp) -> dict[str, np.ndarray]:
             c = [F(0)]
             for t in range(T):
                 c.append(c[-1] + la[b, h, t])
-            e = lambda t, s: mp.exp(c[t] - c[s])  # noqa: E731  (1-based t, s; s = 0 -> e^{c_t})
+            e = lambda t, s: mp.exp(c[t] - c[s])  # noqa: E731, B023  (1-based t, s; s = 0 -> e^{c_t})
             # 0-based index i stands for step i + 1 below
             qk = [[dot(Q[i], K[j]) for j in range(T)] for i in range(T)]
             vdo = [[dot(V[j], DO[i]) for j in range(T)] for i in range(T)]   # vdo[t][s] = v_s.do_t
@@ -67,23 +67,28 @@ def closed_form(p: Problem, scale: float, mp) -> dict[str, np.ndarray]:
             for i in range(T):
                 for m in range(dv):
                     o[b, h, i, m] = sc * (e(i + 1, 0) * dot(Q[i], H0[:, m])
-                                          + mp.fsum(e(i + 1, j + 1) * qk[i][j] * V[j, m] for j in range(i + 1)))
+                                          + mp.fsum(e(i + 1, j + 1) * qk[i][j] * V[j, m]
+                                                    for j in range(i + 1)))
             for a in range(dk):
                 for m in range(dv):
-                    hT[b, h, a, m] = e(T, 0) * H0[a, m] + mp.fsum(e(T, j + 1) * K[j, a] * V[j, m] for j in range(T))
+                    hT[b, h, a, m] = e(T, 0) * H0[a, m] + mp.fsum(e(T, j + 1) * K[j, a] * V[j, m]
+                                                                  for j in range(T))
                     dh0[b, h, a, m] = (sc * mp.fsum(e(i + 1, 0) * Q[i, a] * DO[i, m] for i in range(T))
                                        + e(T, 0) * DH[a, m])
             for j in range(T):
                 for m in range(dv):
-                    dvv[b, h, j, m] = (sc * mp.fsum(e(i + 1, j + 1) * qk[i][j] * DO[i, m] for i in range(j, T))
+                    dvv[b, h, j, m] = (sc * mp.fsum(e(i + 1, j + 1) * qk[i][j] * DO[i, m]
+                                                    for i in range(j, T))
                                        + e(T, j + 1) * dot(K[j], DH[:, m]))
                 for a in range(dk):
-                    dk_[b, g, j, a] += (sc * mp.fsum(e(i + 1, j + 1) * vdo[i][j] * Q[i, a] for i in range(j, T))
+                    dk_[b, g, j, a] += (sc * mp.fsum(e(i + 1, j + 1) * vdo[i][j] * Q[i, a]
+                                                     for i in range(j, T))
                                         + e(T, j + 1) * dot(DH[a], V[j]))
             for i in range(T):
                 for a in range(dk):
                     dq[b, g, i, a] += sc * (e(i + 1, 0) * dot(H0[a], DO[i])
-                                            + mp.fsum(e(i + 1, j + 1) * vdo[i][j] * K[j, a] for j in range(i + 1)))
+                                            + mp.fsum(e(i + 1, j + 1) * vdo[i][j] * K[j, a]
+                                                      for j in range(i + 1)))
             for r in range(1, T + 1):
                 acc = [e(T, 0) * h0dh]
                 acc += [e(T, s) * kdhv[s - 1] for s in range(1, r)]

@@ -30,8 +30,19 @@ from typing import Any, Callable
 import numpy as np
 
 from ._errors import DTypeError
-from ._inputs import (_KIND, ARRAYS, DTYPES, FORWARD, GRADS, Problem, check_layout, from_canonical,
-                      kernel_returns, to_canonical, to_float64)
+from ._inputs import (
+    _KIND,
+    ARRAYS,
+    DTYPES,
+    FORWARD,
+    GRADS,
+    Problem,
+    check_layout,
+    from_canonical,
+    kernel_returns,
+    to_canonical,
+    to_float64,
+)
 
 FRAMEWORKS = ("torch", "numpy", "jax")
 
@@ -128,7 +139,8 @@ def _modules_reached(kernel: Any, depth: int = 3, budget: int = 300) -> set[str]
             inner = getattr(obj, attr, None)
             if inner is not None and callable(inner):
                 stack.append((inner, d, ()))
-        call = getattr(type(obj), "__call__", None)     # an object of a class defining __call__
+        # an object of a class defining __call__: that method, whose code is read
+        call = getattr(type(obj), "__call__", None)  # noqa: B004
         if hasattr(call, "__code__"):
             stack.append((call, d, ()))
         code = getattr(obj, "__code__", None)
@@ -158,9 +170,10 @@ def detect_framework(kernel: Callable) -> str:
     """The framework a kernel is written in, from the callable alone (nothing is imported).
 
     The modules the kernel comes from, imports in its body or reaches through its code, its
-    closure and the functions those name (three levels deep): "torch" if any is torch's (``torch.exp``, an ``nn.Module``, a
-    custom ``autograd.Function``), else "jax" if any is JAX's (``jnp.cumsum``, a jitted function),
-    else "numpy". Pass ``framework=`` when this guesses wrong.
+    closure and the functions those name (three levels deep): "torch" if any is torch's
+    (``torch.exp``, an ``nn.Module``, a custom ``autograd.Function``), else "jax" if any is
+    JAX's (``jnp.cumsum``, a jitted function), else "numpy". Pass ``framework=`` when this
+    guesses wrong.
     """
     roots = {m.split(".")[0] for m in _modules_reached(kernel)}
     if "torch" in roots:

@@ -313,7 +313,8 @@ def mpmath_figures(spec: Spec, arrays: dict[str, np.ndarray]) -> dict | None:
                                     (0.0 if a == 0 else math.inf) for a, b in zip(s, e)), default=0.0)
     finally:
         mp.dps = old
-    return {"dps": _exact.MP_DPS, "arrays_sha256": measured_sha256(arrays), "worst_scaled": max(scaled.values()), "worst_rel": max(rel.values()),
+    return {"dps": _exact.MP_DPS, "arrays_sha256": measured_sha256(arrays),
+            "worst_scaled": max(scaled.values()), "worst_rel": max(rel.values()),
             "tolerance": name, "tolerance_value": tol(name), "scaled": scaled, "rel": rel,
             "scale_rel": scale_rel}
 
@@ -403,8 +404,8 @@ def generate(out, *, mpmath: bool = True, recompute_mpmath: bool = False,
 
     mpmath figures: carried over from ``out``'s previous manifest while the arrays they measure
     are unchanged (``arrays_sha256``), else computed (``recompute_mpmath``: always computed;
-    ``mpmath=False``: left out, for quick regeneration checks). ``names``: only these cases (a partial folder, for tests).
-    Stale .npz files of cases no longer listed are removed."""
+    ``mpmath=False``: left out, for quick regeneration checks). ``names``: only these cases (a
+    partial folder, for tests). Stale .npz files of cases no longer listed are removed."""
     out = Path(out)
     specs = all_cases()
     unknown = [n for n in (names or []) if n not in specs]

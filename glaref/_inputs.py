@@ -116,7 +116,8 @@ def check_cu_seqlens(cu_seqlens: Any, B: int, T: int) -> np.ndarray | None:
         try:
             a = np.asarray(cu_seqlens)
         except Exception as exc:  # pragma: no cover - exotic array-likes
-            raise DTypeError(f"cu_seqlens: could not convert {_describe(cu_seqlens)} to an array: {exc}") from exc
+            raise DTypeError(f"cu_seqlens: could not convert {_describe(cu_seqlens)} to an array: "
+                             f"{exc}") from exc
     if a.dtype.kind not in "iu":
         raise DTypeError(f"cu_seqlens: got dtype {a.dtype}, expected an integer dtype "
                          "(int32 or int64 offsets)")
@@ -227,7 +228,7 @@ def to_float64(x: Any, name: str) -> np.ndarray:
                 except Exception as exc:
                     raise DTypeError(f"{name}: could not read {_describe(x)} through DLPack: {exc}") from exc
     dt = a.dtype
-    if dt == object:
+    if dt.kind == "O":
         raise DTypeError(f"{name}: got {_describe(x)} (dtype object), expected a real floating "
                          "array (float16, bfloat16, float32 or float64)")
     if is_real_float(dt):
@@ -307,7 +308,8 @@ def _check_shape(a: np.ndarray, name: str, expected: tuple[int, ...], spelled: s
 def _check_finite(a: np.ndarray, name: str) -> None:
     if a.size and not np.isfinite(a).all():
         bad = np.argwhere(~np.isfinite(a))[0]
-        raise NonFiniteError(f"{name}: got a non-finite value {float(a[tuple(bad)])!r} at index {tuple(int(i) for i in bad)}, "
+        raise NonFiniteError(f"{name}: got a non-finite value {float(a[tuple(bad)])!r} at index "
+                             f"{tuple(int(i) for i in bad)}, "
                              "expected finite values (pass allow_nonfinite=True to accept)")
 
 
@@ -405,7 +407,8 @@ def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str
         return tuple(s)
 
     if k.shape != q.shape:
-        raise ShapeError(f"k: got shape {back(k.shape, 'qk')}, expected {back(q.shape, 'qk')} {qk_spell} like q")
+        raise ShapeError(f"k: got shape {back(k.shape, 'qk')}, expected {back(q.shape, 'qk')} "
+                         f"{qk_spell} like q")
     if v.shape[0] != B or v.shape[2] != T:
         raise ShapeError(f"v: got shape {back(v.shape, 'v')}, expected {back((B, H, T, dv), 'v')} {v_spell} "
                          f"with B={B} and T={T} from q")
@@ -429,7 +432,8 @@ def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str
         _check_ndim(do, "do", 4, v_spell)
         do = to_canonical(do, "v", layout)
         if do.shape != (B, H, T, dv):
-            raise ShapeError(f"do: got shape {back(do.shape, 'v')}, expected {back((B, H, T, dv), 'v')} {v_spell} like o")
+            raise ShapeError(f"do: got shape {back(do.shape, 'v')}, expected "
+                             f"{back((B, H, T, dv), 'v')} {v_spell} like o")
     elif need_do:
         raise ShapeError("do: got None, expected the cotangent of o")
     if dh_T is not None:

@@ -78,10 +78,10 @@ forward 4 C^2 d + 4 C d^2 against 4 C d^2; C = 32 keeps that overhead near 20 % 
 while the products stay large enough for BLAS (C = 64 was slower, C = 48 about equal). Which
 operand is stored transposed is chosen so that BLAS reads most operands in its fast order: the
 backward keeps the chunk-start states as S^T and the carry as Gn^T. Q K^T depends on the
-group only, so it is formed once per group and chunk and shared by the group's heads. Under gates so strong that
-decay factors reach the subnormal range inside a chunk (log_alpha ~ -30 on every step) the
-products meet subnormal numbers and run several times slower; they are kept, not flushed to
-zero, since an oracle does not drop terms.
+group only, so it is formed once per group and chunk and shared by the group's heads. Under
+gates so strong that decay factors reach the subnormal range inside a chunk (log_alpha ~ -30 on
+every step) the products meet subnormal numbers and run several times slower; they are kept,
+not flushed to zero, since an oracle does not drop terms.
 """
 
 from __future__ import annotations

@@ -20,8 +20,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ._inputs import Dims, Problem
-from ._inputs import DTYPES
+from ._inputs import DTYPES, Dims, Problem
 
 
 def _bfloat16(x: np.ndarray) -> np.ndarray:

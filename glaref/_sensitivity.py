@@ -112,7 +112,8 @@ def jax_outputs(fn, truth: _judge.Truth, dtype: str, precision: str = "default")
     with ctx:
         o_s, h_s = jax.eval_shape(kernel, *args)
         # cotangents in the dtype of the output they pair with, as the engine does
-        cts = [jnp.asarray(np.asarray(p.do).astype(o_s.dtype)), jnp.asarray(np.asarray(p.dh_T).astype(h_s.dtype))]
+        cts = [jnp.asarray(np.asarray(p.do).astype(o_s.dtype)),
+               jnp.asarray(np.asarray(p.dh_T).astype(h_s.dtype))]
         (o, h_T), g = _jitted(fn, cu)(*args, *cts)
     arrays = dict(zip(OUTPUTS, (o, h_T) + tuple(g)))
     return ({n: np.asarray(v).astype(np.float64) for n, v in arrays.items()},

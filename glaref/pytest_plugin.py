@@ -8,8 +8,9 @@ Fixture ``glaref_check``: :func:`glaref.testing.check_kernel` with the command-l
 defaults; arguments given in the call win. Marker ``glaref``: tests that audit a kernel against the
 glaref oracle (``pytest -m glaref`` selects them).
 
-Loading the plugin costs nothing: it imports neither jax nor numba (only pytest and glaref's numpy-only package root); the fixture
-imports ``glaref.testing`` (and the engine imports jax) only when a test uses it.
+Loading the plugin costs nothing: it imports neither jax nor numba (only pytest and glaref's
+numpy-only package root); the fixture imports ``glaref.testing`` (and the engine imports jax)
+only when a test uses it.
 """
 
 from __future__ import annotations

@@ -99,5 +99,5 @@ def rounded(problem: Problem, dtype: str) -> Problem:
     numbers a kernel of that dtype receives, on which the oracle is then run."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype: got {dtype!r}, expected one of {DTYPES}")
-    from ._problems import round_problem      # the audit's own rounding, not a second copy
+    from ._problems import round_problem  # the audit's own rounding, not a second copy
     return round_problem(problem, dtype)

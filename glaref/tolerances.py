@@ -93,10 +93,10 @@ TOLERANCES: dict[str, Tolerance] = {
     "trust_multichunk": Tolerance(
         2000 * U64,
         "The trust checks (complex step, mpmath, jax scan) on the sizes that cross the Numba "
-        "oracle's chunks (glaref._numba.CHUNK = 32 steps): T <= 160, dk, dv <= 4, N <= 4096. Per float64 evaluation "
-        "n <= 4*160 + 4 + 4 + 12 + 8 = 668 roundings (derivation above); a comparison involves at "
-        "most three evaluations' worth (complex step: 2 for the complex side + 1 for vjp): "
-        "~ 2000 u. Still ~1e-13 of the term scale: any wrong term shows as O(1).",
+        "oracle's chunks (glaref._numba.CHUNK = 32 steps): T <= 160, dk, dv <= 4, N <= 4096. "
+        "Per float64 evaluation n <= 4*160 + 4 + 4 + 12 + 8 = 668 roundings (derivation above); "
+        "a comparison involves at most three evaluations' worth (complex step: 2 for the "
+        "complex side + 1 for vjp): ~ 2000 u. Still ~1e-13 of the term scale: any wrong term shows as O(1).",
     ),
     "dlog_alpha_identity": Tolerance(
         300 * U64,

@@ -71,7 +71,8 @@ def rand_problem(B: int, G: int, H: int, T: int, dk: int, dv: int, seed: int | l
     shape = (B, H, T, dk) if vector_gate else (B, H, T)
     if isinstance(log_alpha, str):
         if log_alpha != "standard":
-            raise ValueError(f"log_alpha: got {log_alpha!r}, expected 'standard', a number, an array or a callable")
+            raise ValueError(f"log_alpha: got {log_alpha!r}, expected 'standard', a number, an array or "
+                             "a callable")
         la = logsigmoid(rng.standard_normal(shape))
     elif callable(log_alpha):
         la = np.asarray(log_alpha(rng, shape), dtype=np.float64)
@@ -115,7 +116,8 @@ def assert_scaled(actual, desired, scale, tol: float, what: str) -> float:
     worst = scaled_err(actual, desired, scale)
     if not worst <= tol:
         diff = np.abs(actual - desired)
-        ratio = np.where(scale == 0, np.where(diff == 0, 0.0, np.inf), diff / np.where(scale == 0, 1.0, scale))
+        ratio = np.where(scale == 0, np.where(diff == 0, 0.0, np.inf),
+                         diff / np.where(scale == 0, 1.0, scale))
         i = np.unravel_index(np.nanargmax(np.where(np.isnan(ratio), np.inf, ratio)), ratio.shape)
         raise AssertionError(
             f"{what}: max |err|/scale = {worst:.3e} > tol {tol:.3e} at index {tuple(int(j) for j in i)}: "

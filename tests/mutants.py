@@ -158,7 +158,8 @@ def _build(flags: _Flags):
         def step(dS, x):
             Qn, dOn, ein_n, eo, et = x
             # dS is the cotangent of the state after this chunk; eo is unused here.
-            dS_prev = keep_state(et[..., None, None] * dS + ein("bhid,bhiv->bhdv", Qn * ein_n[..., None], dOn))
+            dS_prev = keep_state(et[..., None, None] * dS
+                                 + ein("bhid,bhiv->bhdv", Qn * ein_n[..., None], dOn))
             return dS_prev, dS
         xs = tuple(jnp.moveaxis(x, 2, 0) for x in (Q, dO, e_in, e_out, e_tot))
         dh0, dS_out = lax.scan(step, dh_T, xs, reverse=True)   # dS_out[n]: cotangent after chunk n

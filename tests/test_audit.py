@@ -18,13 +18,14 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
-import audit_kernels as ak  # noqa: E402
 import glaref  # noqa: E402
 from glaref import _metrics  # noqa: E402
 from glaref._inputs import Dims  # noqa: E402
 from glaref.audit import AuditUsageError, summary  # noqa: E402
 from glaref.regimes import make_inputs  # noqa: E402
 from glaref.tolerances import UNIT_ROUNDOFF, tol  # noqa: E402
+
+import audit_kernels as ak  # noqa: E402
 
 pytestmark = pytest.mark.jax
 
@@ -80,7 +81,8 @@ def test_errors_match_a_hand_run_of_jax_against_the_oracle():
     assert fwd["rel_err_out"]["o"] == pytest.approx(_nrel(o, o_ref), rel=tol("audit_figure_by_hand"))
     assert fwd["rel_err_out"]["h_T"] == pytest.approx(_nrel(h_T, hT_ref), rel=tol("audit_figure_by_hand"))
     for name, g, gr in zip(glaref.Grads._fields, grads, g_ref):
-        assert bwd["rel_err_grads"][name] == pytest.approx(_nrel(g, gr), rel=tol("audit_figure_by_hand")), name
+        assert bwd["rel_err_grads"][name] == pytest.approx(_nrel(g, gr),
+                                                           rel=tol("audit_figure_by_hand")), name
     assert bwd["rel_err"] == max(list(bwd["rel_err_grads"].values()) + list(bwd["rel_err_out"].values()))
     # errors of a float32 recurrence are float32-sized but not zero: the comparison is real
     assert 0 < fwd["rel_err_out"]["o"] <= tol("audit_rel_err_float32")
@@ -466,7 +468,8 @@ def test_an_oracle_that_would_overflow_is_a_usage_error_naming_scale():
         glaref.audit([ak.scan_kernel], TINY, [9], ["fwd"], scale=1e308, **FAST)
     msg = str(e.value)
     # the error scales (sums of |terms|) overflow first, before the values themselves
-    assert re.match(r"scale: got 1e\+308; the oracle's (forward|error scales): non-finite results: o has ", msg), msg
+    assert re.match(r"scale: got 1e\+308; the oracle's (forward|error scales): non-finite results: "
+                    r"o has ", msg), msg
     assert "Likely cause: scale (1e+308)" in msg, msg
 
 
@@ -495,7 +498,8 @@ def test_a_kernel_module_that_exits_on_import_is_a_usage_error(tmp_path):
     assert str(e.value).endswith("exits.py' failed: it called sys.exit(7)"), str(e.value)
 
 
-# ---------------------------------------------------------------- failing kernels fail; table, plot (issue 10)
+# ---------------------------------------------------------------- failing kernels fail; table, plot
+# (issue 10)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "audit_user_kernels.py"
 

@@ -20,13 +20,13 @@ import pytest
 
 pytest.importorskip("jax")
 
-import zoo  # noqa: E402  (tests/ is on sys.path under pytest)
-
 import glaref  # noqa: E402
 from glaref import _judge, _sensitivity, regimes  # noqa: E402
 from glaref._inputs import ARRAYS, OUTPUTS, Dims  # noqa: E402
 from glaref.audit import AuditUsageError  # noqa: E402
 from glaref.cli import main  # noqa: E402
+
+import zoo  # noqa: E402  (tests/ is on sys.path under pytest)
 
 pytestmark = pytest.mark.jax
 

@@ -20,10 +20,10 @@ import pytest
 
 pytest.importorskip("jax", reason="the zoo and the subject kernels are JAX kernels")
 
-import zoo  # noqa: E402  (tests/ is on sys.path under pytest)
-
 from glaref import _judge, _sensitivity, regimes  # noqa: E402
 from glaref._inputs import OUTPUTS, Dims  # noqa: E402
+
+import zoo  # noqa: E402  (tests/ is on sys.path under pytest)
 
 pytestmark = pytest.mark.jax
 

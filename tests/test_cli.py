@@ -187,7 +187,8 @@ def test_progress_goes_to_stderr_and_can_be_switched_off(capsys, flag):
 
 def test_importing_the_cli_and_engine_loads_no_jax():
     r = subprocess.run([sys.executable, "-c", "import sys, glaref.cli, glaref.audit; "
-                        "print(sorted(m for m in ('jax', 'numba', 'matplotlib', 'torch') if m in sys.modules))"],
+                        "print(sorted(m for m in ('jax', 'numba', 'matplotlib', 'torch') "
+                        "if m in sys.modules))"],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
 
@@ -214,7 +215,8 @@ def _one_line_error(err: str, start: str) -> None:
 @pytest.mark.parametrize("args, start", [
     (["--seed", "-1"], "glaref audit: error: --seed: got -1, expected an integer >= 0"),
     (["--config", "1,2,3,4,x"], "glaref audit: error: --config '1,2,3,4,x': got 'x' as dv"),
-    (["--chunk-size", "0", "--impl", "m:f"], "glaref audit: error: --chunk-size: got 0, expected a positive integer"),
+    (["--chunk-size", "0", "--impl", "m:f"],
+     "glaref audit: error: --chunk-size: got 0, expected a positive integer"),
     (["--impl", "chunked", "--chunk-size", "16"], "glaref audit: error: --chunk-size: got 16, but it "
                                                   "describes user kernels"),
     (["--scale", "1e400"], "glaref audit: error: --scale: got inf, expected a finite number"),

@@ -266,7 +266,8 @@ def _check_result(func, out, caught) -> tuple[str, dict[str, np.ndarray]]:
     for name, x in arrays.items():
         assert type(x) is np.ndarray and x.dtype == np.float64, (name, type(x), getattr(x, "dtype", None))
     said = [w for w in caught if issubclass(w.category, NonFiniteWarning)]
-    other = [f"{w.category.__name__}: {w.message}" for w in caught if not issubclass(w.category, NonFiniteWarning)]
+    other = [f"{w.category.__name__}: {w.message}" for w in caught
+             if not issubclass(w.category, NonFiniteWarning)]
     assert not other, f"warnings other than NonFiniteWarning: {other}"
     if any(not np.isfinite(x).all() for x in arrays.values()):
         assert len(said) == 1, f"non-finite result with {len(said)} NonFiniteWarning(s)"
@@ -318,7 +319,7 @@ def _oracle_case(spec) -> str:
         spec = {**spec, "scale": 1e308 * (-1) ** spec["base"][3]}
     kinds, results = [], {}
     for impl in impls:
-        kind, payload = _contract(lambda: _call(spec["func"], args, impl, layout, spec["scale"],
+        kind, payload = _contract(lambda: _call(spec["func"], args, impl, layout, spec["scale"],  # noqa: B023 - called in this iteration
                                                 spec["allow_nonfinite"], cu))
         if payload is not None:
             kind, results[impl] = _check_result(spec["func"], *payload)
@@ -432,7 +433,7 @@ def _kernel_case(case) -> str:
         assert "kernel disagrees with the glaref oracle on 1 of 1 rows" in str(exc), str(exc)
         return "kernel failed with its figures"
     except (AuditUsageError, AuditEnvironmentError) as exc:   # pragma: no cover - not expected here
-        raise AssertionError(f"usage/environment error for a valid call: {exc}")
+        raise AssertionError(f"usage/environment error for a valid call: {exc}") from exc
     assert case["kind"] in RIGHT, f"a wrong kernel ({case['kind']}) passed: {recs}"
     assert all(r["ok"] is True for r in recs)
     return "correct kernel passed"
@@ -526,7 +527,8 @@ def _cli_case(drawn, tmp) -> str:
         assert "Traceback" not in err and out == "", (argv, out, err)
     else:
         last = out.strip().splitlines()[-1]
-        assert last.startswith(("OK: ", "FAIL: ", "INCOMPLETE: ", "plot written", "report written")), (argv, out)
+        assert last.startswith(("OK: ", "FAIL: ", "INCOMPLETE: ", "plot written",
+                                "report written")), (argv, out)
     return f"exit {code}"
 
 

@@ -2,7 +2,8 @@
 
 The independent side is written here from the semantics of mamba_ssm's ``ssd_minimal_discrete``
 and ``ssd_chunk_scan_combined_ref`` (one chunk: the quadratic "segsum" form, no recurrence; every
-decay exp(a_{s+1} + ... + a_t) from a masked cumsum, as its stable ``segsum``), in float64 torch, with dt' = softplus(dt + dt_bias), y = (C S + D x) * silu(z), the state
+decay exp(a_{s+1} + ... + a_t) from a masked cumsum, as its stable ``segsum``), in float64
+torch, with dt' = softplus(dt + dt_bias), y = (C S + D x) * silu(z), the state
 [headdim, dstate], and every gradient (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_states) by
 torch.autograd. Errors are measured element by element in units of ``ssd_scales`` (each result's
 sum of |terms|), which is itself checked against the independent form run on absolute values

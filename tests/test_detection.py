@@ -17,13 +17,13 @@ import pytest
 
 pytest.importorskip("jax", reason="detection tests run JAX kernels (the jax extra)")
 
-import mutants  # noqa: E402  (tests/ is on sys.path under pytest)
-
 import glaref  # noqa: E402
 from glaref import regimes  # noqa: E402
 from glaref._inputs import OUTPUTS  # noqa: E402
 from glaref.audit import summary  # noqa: E402
 from glaref.cli import main  # noqa: E402
+
+import mutants  # noqa: E402  (tests/ is on sys.path under pytest)
 
 pytestmark = pytest.mark.jax
 
@@ -86,9 +86,11 @@ def test_mutant_is_flagged(name):
     rec = mutant_records(regime)[name]
     flagged = failed(rec)
     assert rec["ok"] is False and "skipped" not in rec, rec.get("skipped")
-    assert must <= flagged, f"{name} on {regime}: flagged {sorted(flagged)}, expected {sorted(must)}: {rec['failures']}"
+    assert must <= flagged, (f"{name} on {regime}: flagged {sorted(flagged)}, expected "
+                              f"{sorted(must)}: {rec['failures']}")
     if exact:
-        assert flagged == must, f"{name} on {regime}: flagged {sorted(flagged)}, expected exactly {sorted(must)}"
+        assert flagged == must, (f"{name} on {regime}: flagged {sorted(flagged)}, expected exactly "
+                                  f"{sorted(must)}")
     R = rec["allowed_ratio"]
     for reason in rec["failures"]:                      # each reason names its output, tier and figure
         out = reason.split(":", 1)[0]

@@ -14,8 +14,8 @@ import pytest
 
 import glaref
 from glaref import DTypeError, LayoutError
-from glaref._inputs import GRADS
 from glaref._frameworks import detect_framework, run_kernel
+from glaref._inputs import GRADS
 from glaref.tolerances import tol
 
 from conftest import assert_scaled, rand_problem
@@ -243,7 +243,7 @@ def test_detection_sees_local_imports_module_attributes_and_callable_objects():
     import glaref.kernels
 
     def local_import(q, k, v, log_alpha, h0):
-        import jax.numpy as jnp          # imported in the body: no global names it
+        import jax.numpy as jnp  # imported in the body: no global names it
         return jnp.cumsum(v, axis=2)
 
     def through_a_module(q, k, v, log_alpha, h0):

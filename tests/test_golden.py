@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 import glaref.golden as golden
-from glaref import _baseline, _golden_build as gb, _judge
+from glaref import _baseline, _judge
+from glaref import _golden_build as gb
 from glaref._inputs import GRADS, Problem
 from glaref._problems import round_to_dtype
 from glaref.cli import main
@@ -68,7 +69,8 @@ def test_manifest_lists_every_case_with_its_files_hashes_and_the_current_verdict
         assert e["file"] == f"{name}.npz"
         assert hashlib.sha256(path.read_bytes()).hexdigest() == e["sha256"], name
         assert path.stat().st_size == e["bytes"], name
-    assert sorted(p.name for p in ORACLES.glob("*.npz")) == sorted(e["file"] for e in MANIFEST["cases"].values())
+    assert (sorted(p.name for p in ORACLES.glob("*.npz"))
+            == sorted(e["file"] for e in MANIFEST["cases"].values()))
     assert MANIFEST["total_bytes"] == sum(e["bytes"] for e in MANIFEST["cases"].values())
     # the ratio is read from glaref.tolerances at generation time: a recalibration regenerates
     assert MANIFEST["verdict"] == gb.verdict_entry()
@@ -104,7 +106,8 @@ def test_arrays_shapes_and_exact_dtype_rounding():
         B, G, H, T, dk, dv = (d[k] for k in ("B", "G", "H", "T", "dk", "dv"))
         want = {"q": (B, G, T, dk), "v": (B, H, T, dv), "log_alpha": (B, H, T), "o": (B, H, T, dv),
                 "dq": (B, G, T, dk), "dlog_alpha": (B, H, T), "scale_dlog_alpha_direct": (B, H, T),
-                "ref_err": (len(golden.REFERENCE_KERNELS), 7), "baseline_err": (3, 7), "proven_bound": (3, 7), "u": ()}
+                "ref_err": (len(golden.REFERENCE_KERNELS), 7), "baseline_err": (3, 7),
+                "proven_bound": (3, 7), "u": ()}
         for a, shape in want.items():
             assert c[a].shape == shape, (name, a)
         assert ("h0" in c) == e["h0"] == ("dh0" in c) == ("scale_dh0" in c)
@@ -117,7 +120,8 @@ def test_arrays_shapes_and_exact_dtype_rounding():
         # figures are NaN exactly for the outputs the case lacks
         has = np.array([o in c for o in OUTPUTS])
         for a in ("ref_norm", "ref_err", "floor_err", "baseline_err", "underflow_floor", "proven_bound"):
-            assert np.array_equal(np.isnan(c[a]).any(axis=0) if c[a].ndim == 2 else np.isnan(c[a]), ~has), (name, a)
+            nan = np.isnan(c[a]).any(axis=0) if c[a].ndim == 2 else np.isnan(c[a])
+            assert np.array_equal(nan, ~has), (name, a)
 
 
 def test_stored_values_are_the_readable_reference_on_the_stored_inputs():
@@ -381,7 +385,8 @@ def readme_rule(c: golden.Case, out: str, x: np.ndarray, row: int = 0) -> dict:
     base = {0: max(ch, math.sqrt(ch * s)), 1: s, 2: ch}[row]
     baseline = max(base, c["floor_err"][i])
     assert baseline == c["baseline_err"][row, i]
-    floor = tol("calibrated_floor") * c["u"] * c["ref_norm"][i] + math.sqrt(ref.size) * c["underflow_floor"][i]
+    floor = (tol("calibrated_floor") * c["u"] * c["ref_norm"][i]
+             + math.sqrt(ref.size) * c["underflow_floor"][i])
     assert floor == c["floor_err"][i]
     denom = c["u"] * c[f"scale_{out}"] + c["underflow_floor"][i]
     ulps = float(np.max(np.abs(d) / denom)) if d.size else 0.0
@@ -431,7 +436,7 @@ def test_readme_rule_is_glarefs_verdict(name):
     candidates = {"chunked reference": chunked}
     for k in (R / 2, 2 * R):
         cand = {}
-        for i, o in enumerate(c.outputs):
+        for o in c.outputs:
             u = rng.standard_normal(c[o].shape)
             n = np.linalg.norm(u)
             j = OUTPUTS.index(o)
@@ -536,7 +541,8 @@ def test_the_c_example_compiles_and_judges_like_the_rule(tmp_path):
             if c[out].size:
                 # a wrong one (float64 .npy): 2 R times the baseline, spread evenly, and one NaN
                 i = OUTPUTS.index(out)
-                bad = c[out] + 2 * MANIFEST["verdict"]["calibrated_ratio"] * c["baseline_err"][0, i] / math.sqrt(c[out].size)
+                bad = c[out] + (2 * MANIFEST["verdict"]["calibrated_ratio"] * c["baseline_err"][0, i]
+                                / math.sqrt(c[out].size))
                 np.save(cand, bad)
                 code, figs, text = _judge_c(exe, case_dir, out, cand)
                 assert code == 1 and figs["verdict"] == "FAIL" and not readme_rule(c, out, bad)["ok"], text
@@ -670,8 +676,9 @@ def test_the_jax_kernels_pass_and_a_wrong_one_fails_on_the_golden_cases():
         args = [jnp.asarray(c[a], dt) for a in GRADS]
 
         def run(f):
-            (o, h_T), pull = jax.vjp(lambda *a: f(*a, scale=float(c["scale"]), return_final_state=True), *args)
-            g = pull((jnp.asarray(c["do"], o.dtype), jnp.asarray(c["dh_T"], h_T.dtype)))
+            (o, h_T), pull = jax.vjp(  # noqa: B023 - called in this iteration
+                lambda *a: f(*a, scale=float(c["scale"]), return_final_state=True), *args)  # noqa: B023
+            g = pull((jnp.asarray(c["do"], o.dtype), jnp.asarray(c["dh_T"], h_T.dtype)))  # noqa: B023
             return dict(zip(OUTPUTS, (o, h_T, *g)))
 
         for o, x in run(kernels.chunked).items():

@@ -12,8 +12,15 @@ import numpy as np
 import pytest
 
 import glaref
-from glaref import (ArgumentError, DTypeError, GlarefError, LayoutError, NonFiniteError,
-                    NonFiniteWarning, ShapeError)
+from glaref import (
+    ArgumentError,
+    DTypeError,
+    GlarefError,
+    LayoutError,
+    NonFiniteError,
+    NonFiniteWarning,
+    ShapeError,
+)
 from glaref._inputs import ARRAYS, GRADS
 
 from conftest import IMPLS, rand_problem
@@ -222,7 +229,8 @@ def test_nonfinite_index_is_in_the_callers_layout(p):
     sw = lambda x: np.ascontiguousarray(np.swapaxes(x, 1, 2))  # noqa: E731
     v = sw(p.v)                                   # (B, T, H, dv)
     v[1, 4, 2, 0] = np.nan
-    with pytest.raises(NonFiniteError, match=re.escape("v: got a non-finite value nan at index (1, 4, 2, 0)")):
+    with pytest.raises(NonFiniteError,
+                       match=re.escape("v: got a non-finite value nan at index (1, 4, 2, 0)")):
         glaref.forward(sw(p.q), sw(p.k), v, sw(p.log_alpha), layout="bthd", impl="numpy")
     with pytest.warns(NonFiniteWarning, match=re.escape("o has 1 (first at index (1, 4, 2, 0))")):
         o, _ = glaref.forward(sw(p.q), sw(p.k), v, sw(p.log_alpha), layout="bthd", impl="numpy",
@@ -245,7 +253,8 @@ def test_empty_batch_or_time(impl, layout, Bn, Tn):
     assert o.shape == o_shape and h_T.shape == (Bn, H, DK, DV)
     assert o.dtype == h_T.dtype == np.float64
     assert np.array_equal(h_T, p.h0)  # no step: the state is h0 (zeros when B = 0, trivially)
-    g = glaref.vjp(sw(p.q), sw(p.k), sw(p.v), sw(p.log_alpha), None, sw(p.do), p.dh_T, layout=layout, impl=impl)
+    g = glaref.vjp(sw(p.q), sw(p.k), sw(p.v), sw(p.log_alpha), None, sw(p.do), p.dh_T, layout=layout,
+                   impl=impl)
     assert g.q.shape == g.k.shape == sw(p.q).shape
     assert g.v.shape == o_shape and g.log_alpha.shape == sw(p.log_alpha).shape
     assert g.h0.shape == (Bn, H, DK, DV)
@@ -285,7 +294,8 @@ def test_dlpack_only_arrays_are_accepted(p):
 
 
 def test_non_array_input_is_refused_with_its_type(p):
-    with pytest.raises(DTypeError, match=r"^q: got builtins.object \(dtype object\), expected a real floating array"):
+    with pytest.raises(DTypeError,
+                       match=r"^q: got builtins.object \(dtype object\), expected a real floating array"):
         glaref.forward(object(), p.k, p.v, p.log_alpha, impl="numpy")
 
 
@@ -321,7 +331,8 @@ def test_real_scales_of_every_kind_are_accepted_exactly(p):
 def test_allow_nonfinite_must_be_true_or_false(p, flag):
     x = p.q.copy()
     x[0, 0, 0, 0] = np.nan
-    with pytest.raises(ArgumentError, match=rf"^allow_nonfinite: got {re.escape(repr(flag))} .*expected True or False"):
+    with pytest.raises(ArgumentError,
+                       match=rf"^allow_nonfinite: got {re.escape(repr(flag))} .*expected True or False"):
         _call_fwd(_args(p, q=x), allow_nonfinite=flag)
     # numpy's bools are bools
     with pytest.raises(NonFiniteError):
@@ -382,7 +393,8 @@ def test_with_one_head_per_group_the_state_tells_the_layouts_apart(given, passed
             call()
         msg = str(e.value)
         assert msg.startswith(f"layout: got {passed!r}, but q {args[0].shape}"), msg
-        assert f"and {name} {p.h0.shape} fit {given!r} and not {passed!r}: the arrays look transposed" in msg, msg
+        assert (f"and {name} {p.h0.shape} fit {given!r} and not {passed!r}: the arrays look "
+                "transposed") in msg, msg
     # a state of the wrong size is still blamed on itself
     with pytest.raises(ShapeError, match=r"^h0: got shape"):
         glaref.forward(*args, p.h0[:, :2], layout=given, impl="numpy")

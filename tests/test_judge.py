@@ -140,7 +140,7 @@ def test_a_gate_one_step_late_fails_every_output_with_its_figures():
                           "layout bhtd)"), msg
     rows = _rows(msg)
     assert set(rows) == {"o", "h_T", "dq", "dk", "dv", "dlog_alpha", "dh0"}
-    for label, cells in rows.items():
+    for cells in rows.values():
         verdict, tier, ratio, allowed, rel, base, ulps, bound, abs_err = cells[1:10]
         assert verdict == "FAIL" and tier in ("calibrated", "proven"), cells
         assert float(ratio) > float(allowed) == tol("calibrated_ratio")

@@ -16,7 +16,6 @@ to float64), so input quantisation is never counted as kernel error. Two checks 
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -24,7 +23,6 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 import glaref  # noqa: E402
-from conftest import logsigmoid, rand_problem, rel_err  # noqa: E402
 from glaref import kernels  # noqa: E402
 from glaref._budget import budget_ulps, problem_scales  # noqa: E402
 from glaref._inputs import GRADS, OUTPUTS, Dims  # noqa: E402
@@ -32,6 +30,8 @@ from glaref._verdict import budget_bound  # noqa: E402
 from glaref.audit._device import x64_scope  # noqa: E402
 from glaref.audit._presets import SEED_CONFIGS  # noqa: E402
 from glaref.tolerances import tol  # noqa: E402
+
+from conftest import logsigmoid, rand_problem, rel_err  # noqa: E402
 
 pytestmark = pytest.mark.jax
 
@@ -64,7 +64,8 @@ def run_kernel(fn, p, dtype: str, *, jit: bool = True, **kw):
 
     if jit:
         fwd_bwd = jax.jit(fwd_bwd)
-    (o, h_T), grads = fwd_bwd(*args, jnp.asarray(p.do.astype(dt)), jnp.asarray(p.dh_T, jnp.float32 if dt.itemsize < 4 else dt))
+    (o, h_T), grads = fwd_bwd(*args, jnp.asarray(p.do.astype(dt)),
+                              jnp.asarray(p.dh_T, jnp.float32 if dt.itemsize < 4 else dt))
     arrays = {"o": o, "h_T": h_T, **dict(zip(GRADS, grads))}
     return ({k: np.asarray(a, dtype=np.float64) for k, a in arrays.items()},
             {k: a.dtype for k, a in arrays.items()})
@@ -106,7 +107,8 @@ def check_against_oracle(got, p, dtype: str, chunk_size: int, *, normwise: bool 
                             f"(got {x[where]!r}, expected {ref[name][where]!r}); rel err {rel:.3g}")
         if normwise:
             # 16-bit outputs: glaref.kernels round once, at return (kernel_rel_err_<dtype>)
-            key = f"kernel_rel_err_{out_dtype}" if out_dtype in ("bfloat16", "float16") else f"audit_rel_err_{out_dtype}"
+            key = (f"kernel_rel_err_{out_dtype}" if out_dtype in ("bfloat16", "float16")
+                   else f"audit_rel_err_{out_dtype}")
             t = tol(key)
             if not rel <= t:
                 failures.append(f"{name}: normwise rel err {rel:.3g} > {t:.3g} ({key})")
@@ -400,7 +402,8 @@ def test_bad_inputs_name_the_argument():
         with pytest.raises(ValueError, match=r"^k: got shape \(1, 1, 6, 4\)"):
             fn(q, jnp.zeros((1, 1, 6, 4)), v, la, h0)
         with pytest.raises(ValueError, match=r"^v: got H=3 heads, expected a multiple of q's G=2"):
-            fn(jnp.zeros((1, 2, 5, 4)), jnp.zeros((1, 2, 5, 4)), jnp.zeros((1, 3, 5, 3)), jnp.zeros((1, 3, 5)), None)
+            fn(jnp.zeros((1, 2, 5, 4)), jnp.zeros((1, 2, 5, 4)), jnp.zeros((1, 3, 5, 3)),
+               jnp.zeros((1, 3, 5)), None)
         with pytest.raises(ValueError, match=r"^log_alpha: got shape \(1, 2, 4\), expected \(1, 2, 5\)"):
             fn(q, q, v, jnp.zeros((1, 2, 4)), h0)
         with pytest.raises(ValueError, match=r"^h0: got shape \(1, 2, 3, 4\)"):

@@ -17,13 +17,14 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 import glaref  # noqa: E402
-from conftest import logsigmoid, rand_problem, rel_err  # noqa: E402
 from glaref import kernels  # noqa: E402
-from glaref._inputs import GRADS, OUTPUTS  # noqa: E402
 from glaref._budget import budget_ulps, budget_view, problem_scales  # noqa: E402
+from glaref._inputs import GRADS, OUTPUTS  # noqa: E402
 from glaref._verdict import budget_bound  # noqa: E402
 from glaref.kernels._chunked_vector import sub_chunk  # noqa: E402
 from glaref.tolerances import tol  # noqa: E402
+
+from conftest import logsigmoid, rand_problem, rel_err  # noqa: E402
 from test_kernels import rounded, x64  # noqa: E402
 
 pytestmark = pytest.mark.jax
@@ -273,10 +274,10 @@ def test_vector_precision_reaches_every_matmul():
     p = vproblem(1, 1, 2, 9, 4, 3, seed=0)
     args = [jnp.asarray(x, jnp.float32) for x in (p.q, p.k, p.v, p.log_alpha, p.h0)]
     for fn, kw in [(kernels.chunked, {"chunk_size": 4}), (kernels.scan, {})]:
-        f = lambda *a: fn(*a, precision="highest", return_final_state=True, **kw)  # noqa: E731
+        f = lambda *a: fn(*a, precision="highest", return_final_state=True, **kw)  # noqa: E731, B023
 
         def fwd_bwd(*a):
-            out, pull = jax.vjp(f, *a)
+            out, pull = jax.vjp(f, *a)  # noqa: B023 - called in this iteration
             return pull(out)
 
         precs = _dot_precisions(jax.make_jaxpr(fwd_bwd)(*args))
@@ -363,7 +364,8 @@ def test_packed_h0_none_and_bad_offsets(kname):
     with pytest.raises(ValueError, match=r"^cu_seqlens: got \[0, 6, 5, 12\], expected nondecreasing offsets: "
                                          r"cu_seqlens\[2\] = 5 < cu_seqlens\[1\] = 6"):
         fn(*args, None, cu_seqlens=[0, 6, 5, 12], **kw)
-    with pytest.raises(ValueError, match=r"^h0: got shape \(1, 2, 3, 2\), expected \(2, 2, 3, 2\) \(N, H, dk, dv\)"):
+    with pytest.raises(ValueError,
+                       match=r"^h0: got shape \(1, 2, 3, 2\), expected \(2, 2, 3, 2\) \(N, H, dk, dv\)"):
         fn(*args, jnp.zeros((1, 2, 3, 2)), cu_seqlens=cu, **kw)
     with pytest.raises(ValueError, match=r"^cu_seqlens: got a traced array"):
         jax.jit(lambda c: fn(*args, None, cu_seqlens=c, **kw))(jnp.asarray(cu))

@@ -158,11 +158,14 @@ def _bad(cu, **over):
 
 
 @pytest.mark.parametrize("cu,exc,msg", [
-    ([1, 4, 10], SeqlensError, "cu_seqlens: got [1, 4, 10], expected offsets starting at 0: cu_seqlens[0] = 1"),
+    ([1, 4, 10], SeqlensError,
+     "cu_seqlens: got [1, 4, 10], expected offsets starting at 0: cu_seqlens[0] = 1"),
     ([0, 6, 4, 10], SeqlensError, "cu_seqlens: got [0, 6, 4, 10], expected nondecreasing offsets: "
                                   "cu_seqlens[2] = 4 < cu_seqlens[1] = 6"),
-    ([0, 4, 9], SeqlensError, "cu_seqlens: got [0, 4, 9], expected offsets ending at T=10: cu_seqlens[2] = 9"),
-    ([0, 12, 12], SeqlensError, "cu_seqlens: got [0, 12, 12], expected offsets ending at T=10: cu_seqlens[1] = 12"),
+    ([0, 4, 9], SeqlensError,
+     "cu_seqlens: got [0, 4, 9], expected offsets ending at T=10: cu_seqlens[2] = 9"),
+    ([0, 12, 12], SeqlensError,
+     "cu_seqlens: got [0, 12, 12], expected offsets ending at T=10: cu_seqlens[1] = 12"),
     (np.array([0.0, 4.0, 10.0]), DTypeError, "cu_seqlens: got dtype float64, expected an integer dtype"),
     (np.array([[0, 4, 10]]), ShapeError, "cu_seqlens: got shape (1, 3), expected (N + 1,) offsets"),
     (np.array([], dtype=np.int64), ShapeError, "cu_seqlens: got shape (0,), expected (N + 1,) offsets"),
@@ -177,10 +180,12 @@ def test_packed_needs_one_batch_row_and_per_sequence_states():
     p = rand_problem(2, 1, 2, 10, 3, 2, seed=0)
     with pytest.raises(ShapeError, match=re.escape("cu_seqlens: given with B=2 batch rows, expected B=1")):
         glaref.forward(p.q, p.k, p.v, p.log_alpha, impl="numpy", cu_seqlens=[0, 4, 10])
-    with pytest.raises(ShapeError, match=re.escape("h0: got shape (1, 2, 3, 2), expected (2, 2, 3, 2) (N, H, dk, dv)")):
+    with pytest.raises(ShapeError,
+                       match=re.escape("h0: got shape (1, 2, 3, 2), expected (2, 2, 3, 2) (N, H, dk, dv)")):
         _bad([0, 4, 10], h0=np.zeros((1, 2, 3, 2)))
     q = rand_problem(1, 1, 2, 10, 3, 2, seed=0)
-    with pytest.raises(ShapeError, match=re.escape("dh_T: got shape (1, 2, 3, 2), expected (3, 2, 3, 2) (N, H, dk, dv)")):
+    with pytest.raises(ShapeError,
+                       match=re.escape("dh_T: got shape (1, 2, 3, 2), expected (3, 2, 3, 2) (N, H, dk, dv)")):
         glaref.vjp(q.q, q.k, q.v, q.log_alpha, None, q.do, np.zeros((1, 2, 3, 2)), impl="numpy",
                    cu_seqlens=[0, 4, 4, 10])
     torch = pytest.importorskip("torch")

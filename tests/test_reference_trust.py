@@ -30,7 +30,6 @@ from glaref.tolerances import U64, tol
 
 from conftest import IMPLS, abs_problem, assert_scaled, rand_problem, rel_err
 
-
 # Sizes of the trust checks. The tolerances' derivations assume T <= 16, dk, dv <= 8 and at most
 # 4096 summed elements (see glaref/tolerances.py); _check_trust_shape holds every case to that.
 # A few "multichunk" cases (T <= 160, dk, dv <= 4) cross the Numba oracle's chunk boundaries
@@ -215,7 +214,7 @@ def _mp_closed_form_vector(p: Problem, scale: float, mp) -> dict[str, np.ndarray
                 c.append([c[-1][i] + la[b, h, t, i] for i in range(dk)])
             ex = {(t, s): [mp.exp(c[t][i] - c[s][i]) for i in range(dk)]
                   for t in range(T + 1) for s in range(t + 1)}
-            e = lambda t, s, i: ex[(t, s)][i]  # noqa: E731  (1-based t, s)
+            e = lambda t, s, i: ex[(t, s)][i]  # noqa: E731, B023  (1-based t, s)
             # 0-based index j stands for step j + 1 below
             vdo = [[dot(V[s], DO[t]) for s in range(T)] for t in range(T)]     # vdo[t][s] = v_s.do_t
             h0do = [[dot(H0[i], DO[t]) for i in range(dk)] for t in range(T)]
@@ -229,7 +228,8 @@ def _mp_closed_form_vector(p: Problem, scale: float, mp) -> dict[str, np.ndarray
                                           + mp.fsum(A[t][s] * V[s, m] for s in range(t + 1)))
             for i in range(dk):
                 for m in range(dv):
-                    hT[b, h, i, m] = e(T, 0, i) * H0[i, m] + mp.fsum(e(T, s + 1, i) * K[s, i] * V[s, m] for s in range(T))
+                    hT[b, h, i, m] = e(T, 0, i) * H0[i, m] + mp.fsum(e(T, s + 1, i) * K[s, i] * V[s, m]
+                                                                     for s in range(T))
                     dh0[b, h, i, m] = (sc * mp.fsum(e(t + 1, 0, i) * Q[t, i] * DO[t, m] for t in range(T))
                                        + e(T, 0, i) * DH[i, m])
             for s in range(T):
@@ -237,12 +237,14 @@ def _mp_closed_form_vector(p: Problem, scale: float, mp) -> dict[str, np.ndarray
                     dvv[b, h, s, m] = (sc * mp.fsum(A[t][s] * DO[t, m] for t in range(s, T))
                                        + mp.fsum(e(T, s + 1, i) * K[s, i] * DH[i, m] for i in range(dk)))
                 for i in range(dk):
-                    dk_[b, g, s, i] += (sc * mp.fsum(e(t + 1, s + 1, i) * Q[t, i] * vdo[t][s] for t in range(s, T))
+                    dk_[b, g, s, i] += (sc * mp.fsum(e(t + 1, s + 1, i) * Q[t, i] * vdo[t][s]
+                                                     for t in range(s, T))
                                         + e(T, s + 1, i) * dhv[s][i])
             for t in range(T):
                 for i in range(dk):
                     dq[b, g, t, i] += sc * (e(t + 1, 0, i) * h0do[t][i]
-                                            + mp.fsum(e(t + 1, s + 1, i) * K[s, i] * vdo[t][s] for s in range(t + 1)))
+                                            + mp.fsum(e(t + 1, s + 1, i) * K[s, i] * vdo[t][s]
+                                                      for s in range(t + 1)))
             for r in range(1, T + 1):
                 for i in range(dk):
                     acc = [e(T, 0, i) * h0dh[i]]
@@ -334,7 +336,8 @@ VEC_MP_SHAPES = {  # (B, G, H, T, dk, dv)
     "g2h2": (2, 2, 2, 5, 3, 3),
     "g1h2_T40": (1, 1, 2, 40, 2, 2),   # crosses the 32-step chunk boundary of vector gates
 }
-VEC_MP_PARAMS = [pytest.param(r, sh, marks=() if sh != "g1h2_T40" or r in ("strong_decay", "mixed_dims", "positive")
+VEC_MP_PARAMS = [pytest.param(r, sh, marks=() if sh != "g1h2_T40"
+                              or r in ("strong_decay", "mixed_dims", "positive")
                               else pytest.mark.slow, id=f"vec-{r}-{sh}")
                  for r in VEC_MP_REGIMES for sh in VEC_MP_SHAPES]
 
@@ -361,7 +364,8 @@ def test_mpmath_vector_closed_form_reduces_to_the_scalar_one():
         a, b = _mp_closed_form(p, 0.6, mp), _mp_closed_form_vector(pv, 0.6, mp)
         tiny = mp.mpf(10) ** (10 - MP_DPS)
         for name in ("o", "h_T", "q", "k", "v", "h0"):
-            assert all(abs(x - y) <= tiny * (1 + abs(x)) for x, y in zip(a[name].ravel(), b[name].ravel())), name
+            assert all(abs(x - y) <= tiny * (1 + abs(x))
+                       for x, y in zip(a[name].ravel(), b[name].ravel())), name
         summed = b["log_alpha"].sum(axis=-1)
         assert all(abs(x - y) <= tiny * (1 + abs(x)) for x, y in zip(a["log_alpha"].ravel(), summed.ravel()))
     finally:
@@ -465,7 +469,7 @@ def _jax_scan(jax, q, k, v, log_alpha, h0, scale):
         S = a * S + k_t[:, :, :, None] * v_t[:, :, None, :]
         return S, scale * jnp.einsum("bhk,bhkv->bhv", q_t, S)
 
-    xs = (jnp.moveaxis(qh, 2, 0), jnp.moveaxis(kh, 2, 0), jnp.moveaxis(v, 2, 0), jnp.moveaxis(log_alpha, 2, 0))
+    xs = tuple(jnp.moveaxis(x, 2, 0) for x in (qh, kh, v, log_alpha))
     h_T, o = jax.lax.scan(step, h0, xs)
     return jnp.moveaxis(o, 0, 2), h_T
 
@@ -488,7 +492,8 @@ def measure_jax_scan(jax, case, impl: str, seed: int = 0) -> dict[str, tuple[flo
     assert all(x.dtype == np.float64 for x in ref.values())
     term_scale = _jax_all(jax, abs_problem(p), abs(scale))
     got = _oracle_outputs(p, scale, impl)
-    return {n: (assert_scaled(got[n], ref[n], term_scale[n], math.inf, n), rel_err(got[n], ref[n])) for n in got}
+    return {n: (assert_scaled(got[n], ref[n], term_scale[n], math.inf, n), rel_err(got[n], ref[n]))
+            for n in got}
 
 
 @pytest.mark.jax
@@ -542,8 +547,9 @@ def _sweep_check(case, i, impl):
 # `python tests/test_reference_trust.py` prints the worst measured figure of every check.
 
 def _report(impls=("numpy", "numba")) -> None:  # pragma: no cover - a reporting aid
-    import conftest
     import test_structure as ts
+
+    import conftest
 
     def worst(rows, keys):
         out = {}

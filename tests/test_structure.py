@@ -18,7 +18,6 @@ from glaref.tolerances import U64, tol
 from conftest import IMPLS, abs_problem, assert_scaled, rand_problem, rel_err
 
 
-
 def _fwd(p, impl, scale=1.0, **over):
     a = {n: over.get(n, getattr(p, n)) for n in GRADS}
     return glaref.forward(a["q"], a["k"], a["v"], a["log_alpha"], a["h0"], scale=scale, impl=impl)
@@ -233,6 +232,6 @@ def test_dlog_alpha_identity_loses_accuracy_under_strong_decay(impl):
     print(f"\nidentity under log_alpha=-30 ({impl}): {r}")
     assert r["scaled"] <= tol("dlog_alpha_identity"), r        # the cause: rounding x cancellation
     assert r["cancellation"] > 1e10, r                        # e^30 ~ 1e13 between terms and result
-    assert r["rel"] > 1e6 * U64, r                            # so far beyond what rounding gives the direct form
+    assert r["rel"] > 1e6 * U64, r         # so far beyond what rounding gives the direct form
     # the direct form itself is fine there: it agrees with the mpmath closed form in
     # test_reference_trust (regime strong_decay) to a few u.

@@ -17,11 +17,11 @@ import pytest
 
 pytest.importorskip("jax", reason="check_kernel runs JAX kernels (the jax extra)")
 
-import mutants  # noqa: E402  (tests/ is on sys.path under pytest)
-
 import glaref.kernels  # noqa: E402
 from glaref._inputs import OUTPUTS  # noqa: E402
 from glaref.testing import DEFAULT_SEQS, check_kernel  # noqa: E402
+
+import mutants  # noqa: E402  (tests/ is on sys.path under pytest)
 
 pytestmark = pytest.mark.jax
 
@@ -177,7 +177,8 @@ def test_zero_rows_and_truncated_lengths_are_usage_errors(kwargs, text):
 
 def test_a_kernel_calling_sys_exit_fails_instead_of_exiting(tmp_path):
     # as a JAX kernel (the audit engine) and as a NumPy one (glaref._frameworks)
-    with pytest.raises(AssertionError, match=r"kernel not measured: kernel raised SystemExit \(sys.exit\(7\)\)"):
+    with pytest.raises(AssertionError,
+                       match=r"kernel not measured: kernel raised SystemExit \(sys.exit\(7\)\)"):
         check_kernel(ak.exiting_kernel, "jax", seqs=[5], modes=["fwd"])
     with pytest.raises(AssertionError, match=r"kernel not measured: SystemExit: 7"):
         check_kernel(ak.exiting_kernel, "numpy", seqs=[5], modes=["fwd"])

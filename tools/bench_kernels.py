@@ -33,6 +33,7 @@ import sys
 import time
 
 import numpy as np
+
 from glaref._inputs import GRADS
 
 SEED_CONFIGS = {  # [batch, groups, heads, dk, dv], as in the seed report
@@ -64,6 +65,7 @@ def rel_err(actual, desired) -> float:
 def device_info() -> dict:
     """The audit's device block (the seed report's keys, versions, x64, matmul precision, cpu)."""
     import jax
+
     from glaref.audit._device import device_info as audit_device_info
     return audit_device_info(jax.devices()[0], str(jax.config.jax_default_matmul_precision))
 
@@ -71,6 +73,7 @@ def device_info() -> dict:
 def _inputs(cfg: str, T: int, seed: int = 0):
     """float32 jax inputs + cotangents, and the same values exactly in float64 numpy."""
     import jax.numpy as jnp
+
     from glaref._inputs import Dims
     from glaref.regimes import make_inputs
     B, G, H, dk, dv = SEED_CONFIGS[cfg]
@@ -151,6 +154,7 @@ def _record(impl, mode, cfg, T, **kw):
 
 def part_accuracy(cfgs, seqs, chunk_size, log):
     import jax
+
     import glaref
     out = []
     for cfg in cfgs:
@@ -166,7 +170,8 @@ def part_accuracy(cfgs, seqs, chunk_size, log):
                 (o, hT), grads = jax.block_until_ready(jax.jit(fn)(*a32))
                 out_np = [np.asarray(x) for x in (o, hT, *grads)]
                 errs = {n: rel_err(g, r) for n, g, r in zip(GRAD_NAMES, grads, g_ref)}
-                rec = _record(impl, "accuracy", cfg, T, checkpoint_every=ck, chunk_size=chunk_size if impl == "chunked" else None,
+                rec = _record(impl, "accuracy", cfg, T, checkpoint_every=ck,
+                              chunk_size=chunk_size if impl == "chunked" else None,
                               rel_err=rel_err(o, o_ref), rel_err_h_T=rel_err(hT, hT_ref),
                               rel_err_grads=errs, oracle_s=oracle_s,
                               finite=bool(all(np.isfinite(x).all() for x in out_np)))
@@ -248,7 +253,8 @@ def evaluate(results) -> list[dict]:
     if cf and sf:
         s = sf["median_ms"] / cf["median_ms"]
         add("chunked fwd_bwd >= 20x faster than scan fwd_bwd (g2h8_d128 T=2048)", s,
-            s >= TARGETS["fwd_bwd_speedup_min"], f"scan {sf['median_ms']:.1f} ms / chunked {cf['median_ms']:.1f} ms")
+            s >= TARGETS["fwd_bwd_speedup_min"],
+            f"scan {sf['median_ms']:.1f} ms / chunked {cf['median_ms']:.1f} ms")
     else:
         add("fwd_bwd speedup", None, None, "part not run")
     cf, sf = find("chunked", "fwd", 2048), find("scan", "fwd", 2048)
@@ -267,7 +273,8 @@ def evaluate(results) -> list[dict]:
     ck = find("scan", "fwd_bwd", 8192, ck=64)
     if ck:
         add("scan checkpoint_every=64 runs fwd_bwd at g2h8_d128 T=8192", ck["median_ms"], ck["finite"],
-            f"{ck['median_ms']:.0f} ms, temp {_fmt(ck.get('xla_temp_mb'))} MB, residual {ck.get('residual_mb'):.1f} MB, finite={ck['finite']}")
+            f"{ck['median_ms']:.0f} ms, temp {_fmt(ck.get('xla_temp_mb'))} MB, residual "
+            f"{ck.get('residual_mb'):.1f} MB, finite={ck['finite']}")
     else:
         add("scan checkpoint_every=64 at T=8192", None, None, "part not run")
     return verdicts
@@ -322,7 +329,8 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"device": device_info(),
-                       "config": {"configs": SEED_CONFIGS, "seq_lens": [int(s) for s in args.seqs.split(",") if s],
+                       "config": {"configs": SEED_CONFIGS,
+                                  "seq_lens": [int(s) for s in args.seqs.split(",") if s],
                                   "chunk_size": cs, "repeats": args.repeats, "targets": TARGETS,
                                   "gates": "log_alpha = logsigmoid(N(0,1)) (regime standard)",
                                   "dtype": "float32"},

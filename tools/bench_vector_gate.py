@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     gates = {"scalar": -np.logaddexp(0, -rng.standard_normal((B, H, T))),
              "vector": -np.logaddexp(0, -rng.standard_normal((B, H, T, dk)))}
     best = {g: {"fwd": np.inf, "vjp": np.inf} for g in gates}
-    for g, la in gates.items():   # warm: compilation and first touches
+    for la in gates.values():   # warm: compilation and first touches
         _numba.forward(q, k, v, la, h0, 1.0)
         _numba.vjp(q, k, v, la, h0, do, dh_T, 1.0)
     for _ in range(a.repeats):

@@ -35,7 +35,6 @@ from glaref._inputs import OUTPUTS  # noqa: E402
 from glaref.audit._report import SHORT  # noqa: E402
 
 
-
 def _failed(rec: dict) -> list[str]:
     return [f.split(":", 1)[0] for f in rec.get("failures", [])]
 
@@ -68,9 +67,10 @@ def _worst(recs: list[dict], name: str) -> tuple[float, float, float]:
 
 def main(argv=None) -> int:
     import glaref
-    import mutants
     from glaref import regimes
     from glaref.tolerances import tol
+
+    import mutants
 
     allowed = tol("calibrated_ratio")
 

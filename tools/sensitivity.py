@@ -1,6 +1,7 @@
 """Sensitivity of the verdict and false alarms over the zoo of correct kernels, in one report.
 
-    python tools/sensitivity.py --json docs/reports/sensitivity_cpu.json --txt docs/reports/sensitivity_cpu.txt
+    python tools/sensitivity.py --json docs/reports/sensitivity_cpu.json \
+                                --txt docs/reports/sensitivity_cpu.txt
     python tools/sensitivity.py --quick          # small sizes, a minute or two
     python tools/sensitivity.py --quick --gate vector   # vector gates (GLA), mixed_dims added
 
@@ -17,7 +18,8 @@ problems: its worst reference ratio against the allowed one (glaref.tolerances "
 Everything is judged by glaref._judge (the audit's own rule); batch is cut to 1 on the seed
 configs and heads to at most 8 (g1h24_dk128_dv64 runs 8 heads; normwise errors are over
 B*H*T*d elements, and B and H only repeat the statistics: every head has its own gates and
-inputs from the same distribution) so that the sweep fits an afternoon on 2 cores. Exit 0 when every target holds and the zoo is clean.
+inputs from the same distribution) so that the sweep fits an afternoon on 2 cores. Exit 0 when
+every target holds and the zoo is clean.
 
 ``--gate vector``: vector gates (log_alpha (B, H, T, dk)) in every regime, plus mixed_dims; the
 subjects are the same kernels (they take either gate kind) and the zoo is tests/zoo.py's
@@ -84,6 +86,7 @@ def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="sc
     rows as they are measured (``--jsonl``: a long run keeps what it measured)."""
     from glaref import _judge, _sensitivity
     from glaref._inputs import OUTPUTS
+
     import zoo
 
     subs = subjects(gate)
@@ -115,7 +118,8 @@ def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="sc
                                                  "config": cname, "T": T, "seed": seed,
                                                  "output": name, "kind": kind, **r})
                     if seed in zoo_seeds:
-                        weak = {f"(weaker) {n}": f for n, f in zoo.weaker().items()} if gate == "scalar" else {}
+                        weak = ({f"(weaker) {n}": f for n, f in zoo.weaker().items()}
+                                if gate == "scalar" else {})
                         for name, fn in {**z, **weak}.items():
                             if name == "quadratic" and (T > QUADRATIC_MAX_T if gate == "scalar"
                                                         else not zoo.quadratic_fits(p.dims, True)):
@@ -173,7 +177,9 @@ def summarise(res: dict, allowed: float) -> tuple[str, bool]:
         worst = max(zoo, key=lambda r: r["ratio"] if r["ratio"] is not None else math.inf)
         bad = [r for r in zoo if not r["ok"]]
         ok = ok and not bad
-        lines.append(f"\nzoo: {len({(r['kernel'], r['dtype'], r['regime'], r['config'], r['T'], r['seed']) for r in zoo})} "
+        n_rows = len({(r['kernel'], r['dtype'], r['regime'], r['config'], r['T'], r['seed'])
+                      for r in zoo})
+        lines.append(f"\nzoo: {n_rows} "
                      f"rows, {len(bad)} false alarms; worst reference ratio {worst['ratio']:.3g} "
                      f"({worst['kernel']} {worst['dtype']} {worst['regime']} {worst['config']} "
                      f"T={worst['T']} {worst['output']}) against the allowed {allowed:g}: "
@@ -183,7 +189,8 @@ def summarise(res: dict, allowed: float) -> tuple[str, bool]:
             for k in dict.fromkeys(r["kernel"] for r in zoo):
                 rs = [r for r in zoo if r["kernel"] == k and r["dtype"] == dtype]
                 w = max(rs, key=lambda r: r["ratio"])
-                lines.append(f"  {k:20} {w['ratio']:6.3g}  ({w['regime']} {w['config']} T={w['T']} {w['output']})")
+                lines.append(f"  {k:20} {w['ratio']:6.3g}  ({w['regime']} {w['config']} T={w['T']} "
+                             f"{w['output']})")
         for r in bad:
             lines.append(f"  FALSE ALARM {r['kernel']} {r['dtype']} {r['regime']} {r['config']} "
                          f"T={r['T']} seed={r['seed']}: {r['reason']}")
@@ -222,7 +229,8 @@ def main(argv=None) -> int:
         targets = [x for x in targets if x in keep]
     ints = lambda s: [int(x) for x in s.split(",") if x != ""]   # noqa: E731
     t0 = time.perf_counter()
-    regs = a.regimes.split(",") if a.regimes else list(REGIMES) + (["mixed_dims"] if a.gate == "vector" else [])
+    regs = (a.regimes.split(",") if a.regimes else
+            list(REGIMES) + (["mixed_dims"] if a.gate == "vector" else []))
     if a.from_jsonl:
         res = {"sensitivity": [], "zoo": []}
         for f in a.from_jsonl.split(","):

@@ -38,14 +38,26 @@ import numpy as np
 
 from .. import _budget, _judge, _metrics, _problems
 from .._errors import GlarefError, NonFiniteError
-from .._inputs import (_KIND, ARRAYS, DTYPES, FORWARD, GRADS, Dims, Problem, check_layout,
-                       check_scale, from_canonical, kernel_returns, to_canonical)
+from .._inputs import (
+    _KIND,
+    ARRAYS,
+    DTYPES,
+    FORWARD,
+    GRADS,
+    Dims,
+    Problem,
+    check_layout,
+    check_scale,
+    from_canonical,
+    kernel_returns,
+    to_canonical,
+)
 from .._inputs import output_problem as _output_problem
+from ..tolerances import UNIT_ROUNDOFF
+from . import _device, _report, _timing
 from ._errors import AuditUsageError
 from ._presets import BUILTIN_IMPLS, MODES, PRESETS, check_config, config_name, parse_config
 from ._subjects import Subject, resolve
-from . import _device, _report, _timing
-from ..tolerances import UNIT_ROUNDOFF
 
 
 def _default_oracle() -> str:
@@ -792,8 +804,9 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
     itself, "tf32" for float32 inputs multiplied as TF32 (a Triton ``tl.dot`` on an NVIDIA GPU,
     or torch with ``allow_tf32``). device: where a torch kernel's inputs go ("cpu" by default,
     "cuda"). operand_dtype: the format the kernel rounds its matrix products' operands to beyond
-    ``dtype`` (None: none; ``_verdict.reference_arithmetic``). detected: the framework was guessed from the kernel's code, so a kernel returning
-    another framework's arrays fails with a message saying which ``framework=`` to pass.
+    ``dtype`` (None: none; ``_verdict.reference_arithmetic``). detected: the framework was
+    guessed from the kernel's code, so a kernel returning another framework's arrays fails with
+    a message saying which ``framework=`` to pass.
 
     Records carry two keys of their own: ``framework``, and ``forward_only`` (the reason) on rows
     asked for fwd_bwd whose kernel is not differentiable (a NumPy kernel, a torch kernel whose

@@ -72,7 +72,8 @@ def check_inputs(q, k, v, log_alpha, h0, layout: str,
             _check_float(x, name)
     for name, x, nd, spell in (("q", q, 4, qk_spell), ("k", k, 4, qk_spell), ("v", v, 4, v_spell)):
         if x.ndim != nd:
-            raise ShapeError(f"{name}: got shape {tuple(x.shape)} ({x.ndim} dims), expected {nd} dims {spell}")
+            raise ShapeError(f"{name}: got shape {tuple(x.shape)} ({x.ndim} dims), expected {nd} dims "
+                             f"{spell}")
     if log_alpha.ndim not in (3, 4):
         raise ShapeError(f"log_alpha: got shape {tuple(log_alpha.shape)} ({log_alpha.ndim} dims), expected "
                          f"3 dims {g_spell} (scalar gate) or 4 dims {gv_spell} (vector gate)")
@@ -89,7 +90,8 @@ def check_inputs(q, k, v, log_alpha, h0, layout: str,
     if tuple(k.shape) != tuple(q.shape):
         raise ShapeError(f"k: got shape {tuple(k.shape)}, expected {tuple(q.shape)} {qk_spell} like q")
     if vB != B or vT != T:
-        raise ShapeError(f"v: got shape {tuple(v.shape)}, expected {v_exp} {v_spell} with B={B} and T={T} from q")
+        raise ShapeError(f"v: got shape {tuple(v.shape)}, expected {v_exp} {v_spell} with B={B} and "
+                         f"T={T} from q")
     if G == 0 or H % G != 0:
         raise ShapeError(f"v: got H={H} heads, expected a multiple of q's G={G} groups")
     if log_alpha.ndim == 4:
