@@ -21,11 +21,12 @@ from glaref import kernels  # noqa: E402
 from glaref._budget import budget_ulps, budget_view, problem_scales  # noqa: E402
 from glaref._inputs import GRADS, OUTPUTS  # noqa: E402
 from glaref._verdict import budget_bound  # noqa: E402
+from glaref.audit._device import x64_scope  # noqa: E402
 from glaref.kernels._chunked_vector import sub_chunk  # noqa: E402
 from glaref.tolerances import tol  # noqa: E402
 
 from conftest import logsigmoid, rand_problem, rel_err  # noqa: E402
-from test_kernels import rounded, x64  # noqa: E402
+from test_kernels import rounded  # noqa: E402
 
 pytestmark = pytest.mark.jax
 
@@ -137,7 +138,7 @@ def test_vector_float32_matches_oracle(kname, shape):
 def test_vector_float64_under_x64(kname):
     p = vproblem(1, 2, 4, 65, 48, 40, seed=11)
     fn, kw, cs = _kernel(kname, 64)
-    with x64():
+    with x64_scope():
         got, dts = run(fn, p, "float64", **kw)
     assert all(dt == jnp.float64 for dt in dts.values()), dts
     check(got, p, "float64", cs)
@@ -340,7 +341,7 @@ def test_packed_strong_decay_float64_bthd(kname, vector):
                        log_alpha=lambda rng, s: logsigmoid(rng.standard_normal(s)) / 0.1)
     fn, kw, cs = _kernel(kname, 32)
     sw = lambda x: np.ascontiguousarray(np.swapaxes(x, 1, 2))  # noqa: E731
-    with x64():
+    with x64_scope():
         args = [jnp.asarray(x) for x in (sw(p.q), sw(p.k), sw(p.v), sw(p.log_alpha), p.h0)]
         f = lambda *a: fn(*a, layout="bthd", cu_seqlens=cu, return_final_state=True, **kw)  # noqa: E731
         (o, h_T), pull = jax.vjp(f, *args)
