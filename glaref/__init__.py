@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from ._errors import (
     ArgumentError,
+    AuditEnvironmentError,
+    AuditUsageError,
     DTypeError,
     GlarefError,
     LayoutError,
@@ -24,6 +26,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgumentError",
+    "AuditEnvironmentError",
+    "AuditUsageError",
     "DTypeError",
     "audit",
     "kernels",
@@ -47,11 +51,9 @@ __all__ = [
 def __getattr__(name: str):
     # Lazy attributes: the audit engine and the JAX kernels pull in jax; scales pulls in the oracle.
     if name == "audit":
-        # the subpackage itself, which is callable (glaref.audit(...) runs glaref.audit.audit):
-        # the same object whether or not ``import glaref.audit`` ran first, since that import
-        # binds this attribute to the subpackage too
-        import importlib
-        return importlib.import_module(".audit", __name__)
+        # the engine's entry point, a plain function (its package, glaref._audit, is private)
+        from ._audit import audit
+        return audit
     if name in ("kernels", "golden"):
         import importlib
         return importlib.import_module(f".{name}", __name__)

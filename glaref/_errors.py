@@ -41,3 +41,12 @@ class NonFiniteWarning(RuntimeWarning):
     first non-finite value is, and why: finite inputs whose true values (or the products on the
     way to them) overflow float64, naming the argument(s) responsible, or non-finite inputs
     accepted with ``allow_nonfinite=True``."""
+
+
+# The audit's two kinds of refusal, which the CLI maps to exit codes 2 and 3.
+class AuditUsageError(GlarefError, ValueError):
+    """A bad argument: unknown preset, config, kernel spec, mode, dtype... (CLI exit code 2)."""
+
+
+class AuditEnvironmentError(GlarefError, RuntimeError):
+    """Something missing from this machine: jax, a backend, matplotlib... (CLI exit code 3)."""

@@ -184,7 +184,7 @@ def detect_framework(kernel: Callable) -> str:
 
 
 def _accepts_scale(fn: Callable) -> bool:
-    from .audit._subjects import _accepts
+    from ._audit._subjects import _accepts
     return _accepts(fn, "scale")
 
 

@@ -69,7 +69,7 @@ class Spec:
 
 def _specs() -> list[Spec]:
     from . import regimes
-    from .audit._presets import SEED_CONFIGS
+    from ._audit._presets import SEED_CONFIGS
 
     out = []
     for cname, (_B, G, H, dk, dv) in SEED_CONFIGS.items():

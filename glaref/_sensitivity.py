@@ -82,7 +82,7 @@ def _jitted(fn, cu_seqlens: tuple[int, ...] | None = None):
     reused across problems (JAX caches per shape)."""
     import jax
 
-    from .audit._engine import _fwd_bwd
+    from ._audit._engine import _fwd_bwd
 
     key = (id(fn), cu_seqlens)
     if key not in _JITTED:

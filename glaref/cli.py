@@ -48,7 +48,7 @@ class _UsageExit(Exception):
 
 
 def _parser() -> _Parser:
-    from .audit._presets import CONFIGS, PRESETS
+    from ._audit._presets import CONFIGS, PRESETS
 
     p = _Parser(prog=PROG, description="Float64 ground truth and kernel audit for scalar-gated "
                 "linear attention.")
@@ -125,9 +125,9 @@ def _err(msg: str) -> None:
 
 
 def _audit(ns: argparse.Namespace) -> int:
-    from .audit import _report
-    from .audit._engine import _split
-    from .audit._errors import AuditEnvironmentError, AuditUsageError
+    from ._audit import _report
+    from ._audit._engine import _split
+    from ._errors import AuditEnvironmentError, AuditUsageError
 
     if ns.plot:
         try:
@@ -140,7 +140,7 @@ def _audit(ns: argparse.Namespace) -> int:
         except ImportError:
             _err("--plot needs matplotlib, which is not installed (pip install 'glaref[plot]')")
             return 3
-    from .audit import audit
+    from ._audit import audit
 
     impls = _split(ns.impl) if ns.impl else None
     configs = ns.config if ns.config else None
@@ -156,7 +156,7 @@ def _audit(ns: argparse.Namespace) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     # The table needs column widths before the first row: resolve names cheaply here.
-    from .audit._presets import PRESETS, parse_config
+    from ._audit._presets import PRESETS, parse_config
     try:
         pre = PRESETS[ns.preset]
         names = impls if impls else list(pre.impls)

@@ -81,8 +81,8 @@ def _describe(rec: dict[str, Any]) -> str:
 def _framework(kernel: Any, framework: str | None) -> str:
     """The framework ``kernel`` is checked in: ``framework``, or detected from its code; names
     and "module:function" specs are JAX kernels (the audit's)."""
+    from ._audit import AuditUsageError
     from ._frameworks import FRAMEWORKS, detect_framework
-    from .audit import AuditUsageError
 
     if framework is not None and framework not in FRAMEWORKS:
         raise AuditUsageError(f"framework: got {framework!r}, expected one of {FRAMEWORKS} or None "
@@ -100,8 +100,8 @@ def _run_check(kernel, framework, *, configs, seqs, dtype, regimes, layout, scal
                operand_dtype=None):
     """check_kernel's rows: JAX kernels through the audit engine, torch/NumPy ones through
     ``audit_kernel``."""
-    from .audit import AuditUsageError
-    from .audit._engine import audit, audit_kernel
+    from ._audit import AuditUsageError
+    from ._audit._engine import audit, audit_kernel
 
     fw = _framework(kernel, framework)
     if fw == "jax":
@@ -140,7 +140,7 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
                  compute_dtype: str | None = None, device: str | None = None,
                  operand_dtype: str | None = None) -> list[dict[str, Any]]:
     """Assert that ``kernel`` agrees with the float64 oracle; return the records (one per row,
-    as :func:`glaref.audit.audit` gives them).
+    as :func:`glaref._audit.audit` gives them).
 
     kernel: a callable ``(q, k, v, log_alpha, h0) -> o | (o, h_T)`` on arrays of its framework
         in ``layout`` (it receives ``scale`` when its signature takes it, else must apply it
@@ -169,11 +169,11 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
     Raises AssertionError naming every failing row and output with its figures. A kernel that
     raises (SystemExit included), or returns the wrong structure or a non-float dtype, fails too
     (the message gives the reason): the caller asked for this kernel to be checked. Bad arguments
-    raise ``glaref.audit.AuditUsageError`` (a ValueError) with a one-line message; missing jax
+    raise ``glaref.AuditUsageError`` (a ValueError) with a one-line message; missing jax
     for a JAX kernel, or rows glaref declines for lack of memory, ``AuditEnvironmentError``.
     """
     __tracebackhide__ = True
-    from .audit import AuditEnvironmentError, AuditUsageError
+    from ._audit import AuditEnvironmentError, AuditUsageError
 
     try:
         records = _run_check(kernel, framework, configs=configs, seqs=seqs, dtype=dtype,
@@ -415,8 +415,8 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
     """
     __tracebackhide__ = True
     from . import _judge
+    from ._audit._engine import _default_oracle
     from ._inputs import _KIND, GRADS
-    from .audit._engine import _default_oracle
 
     args = _gather_inputs(inputs, {"q": q, "k": k, "v": v, "log_alpha": log_alpha, "h0": h0,
                                    "do": do, "dh_T": dh_T, "scale": scale, "layout": layout,

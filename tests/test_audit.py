@@ -20,8 +20,8 @@ import jax.numpy as jnp  # noqa: E402
 
 import glaref  # noqa: E402
 from glaref import _metrics  # noqa: E402
+from glaref._audit import AuditUsageError, summary  # noqa: E402
 from glaref._inputs import Dims  # noqa: E402
-from glaref.audit import AuditUsageError, summary  # noqa: E402
 from glaref.regimes import make_inputs  # noqa: E402
 from glaref.tolerances import UNIT_ROUNDOFF, tol  # noqa: E402
 
@@ -213,7 +213,7 @@ def test_an_interrupted_audit_keeps_the_rows_it_measured(tmp_path):
 
 
 def test_memory_guard_skips_a_row_that_cannot_fit(monkeypatch):
-    from glaref.audit import _device
+    from glaref._audit import _device
     monkeypatch.setattr(_device, "available_bytes", lambda device: 1)
     (r,) = glaref.audit([ak.scan_kernel], TINY, [9], ["fwd"], **FAST)
     assert r["skipped"].startswith("needs ") and r["ok"] is None and r["xla_temp_mb"] is not None
@@ -277,21 +277,17 @@ def test_bad_arguments_are_usage_errors_naming_the_argument(kwargs, word):
         glaref.audit(**{"configs": TINY, "seqs": [9], **kwargs})
 
 
-def test_glaref_audit_is_callable_before_and_after_the_subpackage_is_imported():
-    import importlib
+def test_glaref_audit_is_the_engines_function():
+    import inspect
     import subprocess
     import sys
-    mod = importlib.import_module("glaref.audit")
-    assert callable(glaref.audit) and callable(mod) and glaref.audit is mod
-    from glaref.audit import audit
-    assert audit is mod.audit
-    (r,) = mod([ak.scan_kernel], TINY, [5], ["fwd"], **FAST)
-    assert r["ok"]
-    # in a fresh interpreter, attribute access first: the same callable subpackage
-    code = ("import glaref; a = glaref.audit; import glaref.audit as m; from glaref.audit import "
-            "audit; print(a is m, callable(a), audit is m.audit, glaref.Scales.__name__)")
+    # in a fresh interpreter: the lazy attribute is the engine's function, before and after its
+    # private package is imported
+    code = ("import inspect, glaref; a = glaref.audit; import glaref._audit._engine as e; "
+            "print(inspect.isfunction(a), a is e.audit is glaref.audit)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.stdout.split() == ["True", "True", "True", "Scales"], out.stdout + out.stderr
+    assert out.stdout.split() == ["True", "True"], out.stdout + out.stderr
+    assert inspect.isfunction(glaref.audit)
 
 
 def test_repeats_0_measures_accuracy_without_timing():
@@ -432,7 +428,7 @@ def test_unwritable_json_paths_are_refused_before_any_work(tmp_path):
 
 
 def test_the_oracles_memory_is_estimated_and_rows_that_cannot_fit_are_skipped(monkeypatch):
-    from glaref.audit import _device, _engine
+    from glaref._audit import _device, _engine
 
     # the estimate covers at least what is certainly held at once: the generated inputs, their
     # rounded copy and the oracle's forward; the gradients add to it
@@ -521,7 +517,7 @@ def test_a_kernel_whose_backward_raises_fails_its_row_and_check_kernel_agrees():
 def test_a_row_without_a_finite_bound_is_decided_by_the_reference_kernels():
     # float32 at T = 4000 with no --chunk-size: no finite proven bound (inf; null in the JSON). The
     # table used to show "0 ok" there; now the calibrated tier decides and "proven" shows "-".
-    from glaref.audit._report import Table
+    from glaref._audit._report import Table
 
     (r,) = glaref.audit([ak.scan_kernel], TINY, [4000], ["fwd"], **FAST)
     assert r["budget_bound"]["o"] == math.inf and r["failed_tier"] == {} and r["ok"] is True, r
@@ -536,7 +532,7 @@ def test_a_row_without_a_finite_bound_is_decided_by_the_reference_kernels():
 def test_a_row_without_a_verdict_says_so_and_is_not_counted_ok():
     # the verdict's "undecided" tier (the reference kernels gave a non-finite error): named in
     # the table and the summary, and a failed row, never an "ok"
-    from glaref.audit._report import Table
+    from glaref._audit._report import Table
 
     why = "o: no verdict: the float32 reference kernels gave a non-finite error"
     r = {"impl": "k", "mode": "fwd", "config": "tiny", "seq": 9, "regime": "standard",
@@ -552,7 +548,7 @@ def test_the_plot_draws_each_outputs_allowed_error_dotted_beside_the_measured_on
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure
 
-    from glaref.audit._report import plot
+    from glaref._audit._report import plot
 
     recs = glaref.audit([f"{EXAMPLES}:chunked_dq_bug"], TINY, [9, 17], chunk_size=64, **FAST)
     saved = []

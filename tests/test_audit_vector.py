@@ -22,8 +22,8 @@ pytest.importorskip("jax")
 
 import glaref  # noqa: E402
 from glaref import _judge, _sensitivity, regimes  # noqa: E402
+from glaref._audit import AuditUsageError  # noqa: E402
 from glaref._inputs import ARRAYS, OUTPUTS, Dims  # noqa: E402
-from glaref.audit import AuditUsageError  # noqa: E402
 from glaref.cli import main  # noqa: E402
 
 import zoo  # noqa: E402  (tests/ is on sys.path under pytest)

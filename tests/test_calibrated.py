@@ -114,7 +114,7 @@ def test_injection_and_threshold_are_what_they_say():
 def test_zoo_passes_at_the_seed_configs(config, dtype):
     """The zoo on the seed's four configs (batch cut to 1, T = 512, one seed), every default
     regime whose sizes follow the config (ragged and tiny_dims derive their own)."""
-    from glaref.audit._presets import SEED_CONFIGS
+    from glaref._audit._presets import SEED_CONFIGS
 
     B, G, H, dk, dv = SEED_CONFIGS[config]
     dims = Dims(1, G, H, 512, dk, dv)

@@ -421,7 +421,7 @@ def kernel_cases(draw):
 
 def _kernel_case(case) -> str:
     pytest.importorskip("jax")
-    from glaref.audit import AuditEnvironmentError, AuditUsageError
+    from glaref._audit import AuditEnvironmentError, AuditUsageError
     from glaref.testing import check_kernel
 
     fn = _kernel(case["kind"], case["where"], case["factor"], case["layout"])

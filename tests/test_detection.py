@@ -19,8 +19,8 @@ pytest.importorskip("jax", reason="detection tests run JAX kernels (the jax extr
 
 import glaref  # noqa: E402
 from glaref import regimes  # noqa: E402
+from glaref._audit import summary  # noqa: E402
 from glaref._inputs import OUTPUTS  # noqa: E402
-from glaref.audit import summary  # noqa: E402
 from glaref.cli import main  # noqa: E402
 
 import mutants  # noqa: E402  (tests/ is on sys.path under pytest)
@@ -66,7 +66,7 @@ def mutant_records(regime: str) -> dict[str, dict]:
 
 
 def _report_short(name: str) -> str:
-    from glaref.audit._report import SHORT
+    from glaref._audit._report import SHORT
     return SHORT[name]
 
 

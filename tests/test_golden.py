@@ -78,7 +78,7 @@ def test_manifest_lists_every_case_with_its_files_hashes_and_the_current_verdict
 
 
 def test_the_cases_cover_the_issue_list():
-    from glaref.audit._presets import SEED_CONFIGS
+    from glaref._audit._presets import SEED_CONFIGS
     from glaref.regimes import DEFAULT_REGIMES, REGIMES
 
     cases = MANIFEST["cases"].values()
@@ -628,7 +628,7 @@ def test_wheel_carries_the_golden_vectors(tmp_path):
         names = set(zf.namelist())
     want = {f"glaref/oracles/{e['file']}" for e in MANIFEST["cases"].values()}
     want |= {"glaref/oracles/manifest.json", "glaref/oracles/README.md", "glaref/golden.py",
-             "glaref/audit/__init__.py", "glaref/kernels/__init__.py", "glaref/conventions/__init__.py"}
+             "glaref/_audit/__init__.py", "glaref/kernels/__init__.py", "glaref/conventions/__init__.py"}
     assert want <= names, sorted(want - names)
     site = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),

@@ -21,8 +21,8 @@ import pytest
 import glaref
 import glaref.testing as gt
 from glaref import DTypeError, ShapeError
+from glaref._audit import AuditUsageError
 from glaref._inputs import GRADS, OUTPUTS
-from glaref.audit import AuditUsageError
 from glaref.conventions import LOG_ALPHA_BT_SUM, fla
 from glaref.tolerances import tol
 

@@ -24,11 +24,11 @@ import jax.numpy as jnp  # noqa: E402
 
 import glaref  # noqa: E402
 from glaref import kernels  # noqa: E402
+from glaref._audit._device import x64_scope  # noqa: E402
+from glaref._audit._presets import SEED_CONFIGS  # noqa: E402
 from glaref._budget import budget_ulps, problem_scales  # noqa: E402
 from glaref._inputs import GRADS, OUTPUTS, Dims  # noqa: E402
 from glaref._verdict import budget_bound  # noqa: E402
-from glaref.audit._device import x64_scope  # noqa: E402
-from glaref.audit._presets import SEED_CONFIGS  # noqa: E402
 from glaref.tolerances import tol  # noqa: E402
 
 from conftest import logsigmoid, rand_problem, rel_err  # noqa: E402
@@ -299,7 +299,7 @@ def test_chunked_saves_nothing_but_its_inputs(with_h0):
     assert extra == 0, res
     assert len(res) == len(args)          # each input is kept once, nothing else
     # the same through the pullback's leaves, as the audit measures it
-    from glaref.audit._timing import residual_bytes
+    from glaref._audit._timing import residual_bytes
     assert residual_bytes(f, tuple(args)) == 0
 
 

@@ -18,10 +18,10 @@ import jax.numpy as jnp  # noqa: E402
 
 import glaref  # noqa: E402
 from glaref import kernels  # noqa: E402
+from glaref._audit._device import x64_scope  # noqa: E402
 from glaref._budget import budget_ulps, budget_view, problem_scales  # noqa: E402
 from glaref._inputs import GRADS, OUTPUTS  # noqa: E402
 from glaref._verdict import budget_bound  # noqa: E402
-from glaref.audit._device import x64_scope  # noqa: E402
 from glaref.kernels._chunked_vector import sub_chunk  # noqa: E402
 from glaref.tolerances import tol  # noqa: E402
 

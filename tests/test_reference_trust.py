@@ -450,7 +450,7 @@ def test_finite_difference_projections(case, impl):
 @pytest.fixture
 def jax_x64():
     jax = pytest.importorskip("jax")
-    from glaref.audit._device import x64_scope
+    from glaref._audit._device import x64_scope
 
     with x64_scope():
         yield jax

@@ -85,7 +85,7 @@ def test_a_kernel_that_raises_is_a_failure_naming_the_exception():
 
 
 def test_bad_arguments_are_usage_errors_not_assertion_failures():
-    from glaref.audit import AuditUsageError
+    from glaref._audit import AuditUsageError
 
     with pytest.raises(AuditUsageError, match="regime: got 'nope'"):
         check_kernel("chunked", regimes="nope")
@@ -168,7 +168,7 @@ def test_outputs_of_a_wrong_dtype_fail_naming_the_dtype(kernel, dtype):
     (dict(modes=()), "mode: got nothing"),
 ])
 def test_zero_rows_and_truncated_lengths_are_usage_errors(kwargs, text):
-    from glaref.audit import AuditUsageError
+    from glaref._audit import AuditUsageError
 
     with pytest.raises(AuditUsageError) as info:
         check_kernel("scan", **kwargs)
@@ -183,13 +183,13 @@ def test_a_kernel_calling_sys_exit_fails_instead_of_exiting(tmp_path):
     with pytest.raises(AssertionError, match=r"kernel not measured: SystemExit: 7"):
         check_kernel(ak.exiting_kernel, "numpy", seqs=[5], modes=["fwd"])
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(7)\n")
-    from glaref.audit import AuditUsageError
+    from glaref._audit import AuditUsageError
     with pytest.raises(AuditUsageError, match=r"failed: it called sys.exit\(7\)$"):
         check_kernel(f"{tmp_path / 'exits.py'}:fn")
 
 
 def test_rows_glaref_declines_are_an_environment_error_not_a_pass(monkeypatch):
-    from glaref.audit import AuditEnvironmentError, _device
+    from glaref._audit import AuditEnvironmentError, _device
 
     monkeypatch.setattr(_device, "host_available_bytes", lambda: 1)
     with pytest.raises(AuditEnvironmentError, match=r"^1 of 1 rows not checked: fwd_bwd config "

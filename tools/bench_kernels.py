@@ -66,7 +66,7 @@ def device_info() -> dict:
     """The audit's device block (the seed report's keys, versions, x64, matmul precision, cpu)."""
     import jax
 
-    from glaref.audit._device import device_info as audit_device_info
+    from glaref._audit._device import device_info as audit_device_info
     return audit_device_info(jax.devices()[0], str(jax.config.jax_default_matmul_precision))
 
 

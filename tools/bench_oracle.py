@@ -116,7 +116,7 @@ def _machine() -> dict:
     import numpy as np
     from threadpoolctl import threadpool_info
 
-    from glaref.audit._device import cpu_model
+    from glaref._audit._device import cpu_model
     cpu = cpu_model()
     numpy_blas = [
         {k: i.get(k) for k in ("internal_api", "version", "architecture", "num_threads",
@@ -186,7 +186,7 @@ def worker_grid(repeats: int) -> dict:
     import numba
 
     from glaref import _numba
-    from glaref.audit._presets import SEED_CONFIGS, SEED_SEQS
+    from glaref._audit._presets import SEED_CONFIGS, SEED_SEQS
 
     data = {(name, T): _inputs(B, G, H, T, dk, dv)
             for name, (B, G, H, dk, dv) in SEED_CONFIGS.items() for T in SEED_SEQS}
@@ -396,7 +396,7 @@ def print_table(r: dict) -> None:
               f"{c['time_fwd_vjp_s']:>10.4f} {c['gflops_fwd_vjp']:>7.1f} {c['matmul_gflops']:>7.1f} "
               f"{c['frac_fwd_vjp']:>6.3f} {c['data_mb']:>8.0f} {c['peak_rss_mb']:>8.0f} "
               f"{c['run_peak_mb']:>8.0f}")
-    from glaref.audit._presets import SEED_SEQS
+    from glaref._audit._presets import SEED_SEQS
 
     g = r["seed_grid"]
     print(f"seed grid (4 configs x T in {SEED_SEQS}, fwd+vjp): {g['wall_s']:.2f} s wall "

@@ -31,8 +31,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
+from glaref._audit._report import SHORT  # noqa: E402
 from glaref._inputs import OUTPUTS  # noqa: E402
-from glaref.audit._report import SHORT  # noqa: E402
 
 
 def _failed(rec: dict) -> list[str]:
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
                                   sorted({n for c in cases for n in _failed(c)}))), flush=True)
     print(f"\n{time.perf_counter() - t0:.0f} s")
     if a.json:
-        pathlib.Path(a.json).write_text(json.dumps(glaref.audit._report.jsonable(record), indent=1))
+        pathlib.Path(a.json).write_text(json.dumps(glaref._audit._report.jsonable(record), indent=1))
     return 0 if (not missed and ok_all) else 1
 
 

@@ -214,8 +214,8 @@ def main(argv=None) -> int:
                     "nothing (a sweep split over several processes)")
     a = ap.parse_args(argv)
 
-    from glaref.audit._device import cpu_model
-    from glaref.audit._presets import SEED_CONFIGS
+    from glaref._audit._device import cpu_model
+    from glaref._audit._presets import SEED_CONFIGS
     from glaref.tolerances import tol
 
     if a.quick:

@@ -21,8 +21,8 @@ import os
 import tempfile
 from typing import Any, Iterable, TextIO
 
+from .._errors import AuditEnvironmentError, AuditUsageError
 from .._inputs import FORWARD, GRADS, OUTPUTS
-from ._errors import AuditEnvironmentError, AuditUsageError
 
 # Record keys beyond the seed report's (tests hold the schema to exactly these).
 RECORD_ADDITIONS = (

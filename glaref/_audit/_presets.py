@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
-from ._errors import AuditUsageError
+from .._errors import AuditUsageError
 
 SEED_CONFIGS: dict[str, tuple[int, int, int, int, int]] = {
     "g2h8_d128": (4, 2, 8, 128, 128),

@@ -1,4 +1,5 @@
-"""``glaref.audit``: per-output, per-gradient accuracy and cost of JAX kernels vs the float64 oracle.
+"""The audit engine behind ``glaref.audit``: per-output, per-gradient accuracy and cost of JAX
+kernels vs the float64 oracle.
 
     import glaref
     records = glaref.audit(impls="chunked,scan", configs="g1h1_d128", seqs=[512], json_path="r.json")
@@ -15,27 +16,18 @@ non-finite or over its bound, or the kernel raised or returned the wrong structu
 a row glaref skipped (not enough memory for the kernel's XLA buffers or the oracle's arrays),
 the reason in ``skipped``. The CLI (``glaref audit``) is a thin face over :func:`audit`.
 
-This subpackage is itself callable (``glaref.audit(...)`` is :func:`audit`), so the name works
-the same whether Python resolved ``glaref.audit`` to the function or to this module.
+``glaref.audit`` is :func:`audit` itself (a plain function, loaded on first use);
+``glaref.AuditUsageError`` and ``glaref.AuditEnvironmentError`` are its refusals. This package
+is private: the CLI, ``glaref.testing`` and the tools reach the rest (``summary``, the presets,
+``RECORD_ADDITIONS``) here.
 """
 
 from __future__ import annotations
 
-import sys
-import types
-
+from .._errors import AuditEnvironmentError, AuditUsageError
 from ._engine import audit
-from ._errors import AuditEnvironmentError, AuditUsageError
 from ._presets import CONFIGS, PRESETS, SEED_CONFIGS
 from ._report import RECORD_ADDITIONS, summary
 
 __all__ = ["AuditEnvironmentError", "AuditUsageError", "CONFIGS", "PRESETS", "RECORD_ADDITIONS",
            "SEED_CONFIGS", "audit", "summary"]
-
-
-class _CallableModule(types.ModuleType):
-    def __call__(self, *args, **kwargs):
-        return audit(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

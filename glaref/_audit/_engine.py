@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from .. import _budget, _judge, _metrics, _problems
-from .._errors import GlarefError, NonFiniteError
+from .._errors import AuditUsageError, GlarefError, NonFiniteError
 from .._inputs import (
     _KIND,
     ARRAYS,
@@ -55,7 +55,6 @@ from .._inputs import (
 from .._inputs import output_problem as _output_problem
 from ..tolerances import UNIT_ROUNDOFF
 from . import _device, _report, _timing
-from ._errors import AuditUsageError
 from ._presets import BUILTIN_IMPLS, MODES, PRESETS, check_config, config_name, parse_config
 from ._subjects import Subject, resolve
 
@@ -591,7 +590,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     dtype: the kernel's input dtype; precision: jax matmul precision; backend: "cpu", "gpu" or
     None (jax's default). regimes: names from ``glaref.regimes.REGIMES``. json_path: the report,
     rewritten after every row. Records carry the seed report's fields plus the additions listed
-    in ``glaref.audit.RECORD_ADDITIONS``.
+    in ``glaref._audit.RECORD_ADDITIONS``.
 
     Verdict per output (``glaref._verdict.assess``, two tiers): no non-finite value; a normwise
     error within ``calibrated_ratio`` times that of glaref's same-precision reference kernels on

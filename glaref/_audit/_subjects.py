@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from ._errors import AuditEnvironmentError, AuditUsageError
+from .._errors import AuditEnvironmentError, AuditUsageError
 from ._presets import BUILTIN_IMPLS
 
 

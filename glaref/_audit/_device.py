@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from typing import Any
 
-from ._errors import AuditEnvironmentError
+from .._errors import AuditEnvironmentError
 
 
 @contextlib.contextmanager
