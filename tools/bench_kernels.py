@@ -12,14 +12,16 @@ Parts (``--parts``, all by default):
               use checkpoint_every=64 (plain autodiff would need B*H*T*dk*dv*8 bytes of residuals,
               32 GiB at g2h8_d128 T=8192); the arithmetic is the same as plain autodiff.
   speed       g2h8_d128 T=2048: fwd and fwd_bwd of chunked and of scan (plain autodiff), timed
-              after a warm-up with block_until_ready, median of --repeats (each repeat loops
-              `inner` calls, calibrated to last >= 0.2 s); compile time from lower().compile().
-  memory      XLA temp memory of chunked fwd_bwd at g2h8_d128 T=8192 (compiled.memory_analysis()).
+              as the audit times them (glaref._audit._timing: a warm-up, then --repeats timings
+              of `inner` back-to-back calls calibrated to TARGET_S, median and quartiles per
+              call); compile time from lower().compile().
+  memory      XLA temp memory of chunked fwd_bwd at g2h8_d128 T=8192 (compiled.memory_analysis(),
+              through the same module).
   checkpoint  scan with checkpoint_every=64, fwd_bwd at g2h8_d128 T=8192: compiles, runs, finite.
 
-fwd_bwd is the forward and jax.vjp's backward with random cotangents for o and h_T.
-residual_mb counts the bytes JAX saves between forward and backward that are not the inputs
-themselves (jax's saved_residuals, the list print_saved_residuals prints).
+fwd_bwd is the forward and jax.vjp's backward with random cotangents for o and h_T (the audit's
+own fwd_bwd program). residual_mb counts the bytes JAX saves between forward and backward that
+are not the inputs themselves (``_timing.residual_bytes``, as in the audit's records).
 Prints a table, then each target with PASS/FAIL and its figure; --json writes everything.
 """
 
@@ -27,22 +29,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import sys
 import time
 
 import numpy as np
 
+from glaref._audit import _timing
+from glaref._audit._presets import SEED_CONFIGS
 from glaref._inputs import GRADS
-
-SEED_CONFIGS = {  # [batch, groups, heads, dk, dv], as in the seed report
-    "g2h8_d128": (4, 2, 8, 128, 128),
-    "g1h24_dk128_dv64": (2, 1, 24, 128, 64),
-    "g1h1_d128": (4, 1, 1, 128, 128),
-    "g2h4_dk48_dv40": (4, 2, 4, 48, 40),
-}
-GRAD_NAMES = GRADS
+from glaref._metrics import rel_err
 
 TARGETS = {
     "accuracy_max_rel_err": 1e-5,          # every output and gradient, both kernels, float32
@@ -50,16 +45,6 @@ TARGETS = {
     "fwd_ratio_max": 0.5,                  # chunked fwd / scan fwd at the same shape
     "chunked_fwd_bwd_temp_mb_max": 1284.0,  # the seed's figure at g2h8_d128 T=8192
 }
-
-
-def rel_err(actual, desired) -> float:
-    a = np.asarray(actual, dtype=np.float64)
-    d = np.asarray(desired, dtype=np.float64)
-    den = float(np.linalg.norm(d.ravel()))
-    num = float(np.linalg.norm((a - d).ravel()))
-    if den == 0.0:
-        return 0.0 if num == 0.0 else math.inf
-    return num / den
 
 
 def device_info() -> dict:
@@ -93,57 +78,8 @@ def _kernel(impl: str, chunk_size: int, checkpoint_every):
 
 
 def _fwd_bwd(f):
-    import jax
-
-    def run(q, k, v, la, h0, do, dh_T):
-        (o, h_T), pull = jax.vjp(f, q, k, v, la, h0)
-        return (o, h_T), pull((do, dh_T))
-    return run
-
-
-def _residual_mb(f, args) -> float:
-    from jax._src.ad_checkpoint import saved_residuals
-    total = 0
-    for aval, src in saved_residuals(f, *args):
-        if src.startswith("from the argument"):
-            continue
-        total += int(np.prod(aval.shape, dtype=np.int64)) * aval.dtype.itemsize
-    return total / 2**20
-
-
-def _compile(fn, args):
-    import jax
-    t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
-    compile_s = time.perf_counter() - t0
-    mem = {"xla_temp_mb": None, "xla_arg_mb": None, "xla_out_mb": None}
-    try:
-        ma = compiled.memory_analysis()
-        if ma is not None:
-            mem = {"xla_temp_mb": ma.temp_size_in_bytes / 2**20,
-                   "xla_arg_mb": ma.argument_size_in_bytes / 2**20,
-                   "xla_out_mb": ma.output_size_in_bytes / 2**20}
-    except Exception:  # memory_analysis is optional per backend: record null, never invent
-        pass
-    return compiled, compile_s, mem
-
-
-def _time(compiled, args, repeats: int, min_s: float = 0.2):
-    import jax
-    out = jax.block_until_ready(compiled(*args))          # warm-up
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(compiled(*args))
-    one = time.perf_counter() - t0
-    inner = max(1, int(math.ceil(min_s / max(one, 1e-9)))) if one < min_s else 1
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            out = compiled(*args)
-        jax.block_until_ready(out)
-        times.append((time.perf_counter() - t0) / inner * 1e3)
-    q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
-    return out, {"inner": inner, "median_ms": statistics.median(times), "q1_ms": q[0], "q3_ms": q[2]}
+    from glaref._audit._engine import _fwd_bwd as fwd_bwd
+    return fwd_bwd(f, final=True)
 
 
 def _record(impl, mode, cfg, T, **kw):
@@ -169,7 +105,7 @@ def part_accuracy(cfgs, seqs, chunk_size, log):
                 fn = _fwd_bwd(_kernel(impl, chunk_size, ck))
                 (o, hT), grads = jax.block_until_ready(jax.jit(fn)(*a32))
                 out_np = [np.asarray(x) for x in (o, hT, *grads)]
-                errs = {n: rel_err(g, r) for n, g, r in zip(GRAD_NAMES, grads, g_ref)}
+                errs = {n: rel_err(g, r) for n, g, r in zip(GRADS, grads, g_ref)}
                 rec = _record(impl, "accuracy", cfg, T, checkpoint_every=ck,
                               chunk_size=chunk_size if impl == "chunked" else None,
                               rel_err=rel_err(o, o_ref), rel_err_h_T=rel_err(hT, hT_ref),
@@ -188,15 +124,16 @@ def part_timed(impl, mode, cfg, T, chunk_size, checkpoint_every, repeats, log):
         fn, args = f, a32[:5]
     else:
         fn, args = _fwd_bwd(f), a32
-    compiled, compile_s, mem = _compile(fn, args)
-    out, timing = _time(compiled, args, repeats)
+    compiled, compile_s = _timing.compile_fn(fn, args)
+    mem = _timing.memory(compiled)
+    out, timing = _timing.time_calls(compiled, args, repeats)
     import jax
     finite = bool(all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(out)))
     rec = _record(impl, mode, cfg, T, checkpoint_every=checkpoint_every,
                   chunk_size=chunk_size if impl == "chunked" else None, compile_s=compile_s,
                   **timing, **mem, finite=finite)
     if mode == "fwd_bwd":
-        rec["residual_mb"] = _residual_mb(f, a32[:5])
+        rec["residual_mb"] = _timing.residual_bytes(f, tuple(a32[:5])) / _timing.MIB
     log(rec)
     return rec
 
@@ -214,7 +151,7 @@ def print_table(results):
         errs = ""
         if "rel_err" in r:
             errs = (f"{r['rel_err']:.2e} / {r['rel_err_h_T']:.2e} / "
-                    + " ".join(f"{r['rel_err_grads'][n]:.2e}" for n in GRAD_NAMES))
+                    + " ".join(f"{r['rel_err_grads'][n]:.2e}" for n in GRADS))
         print(f"{impl:9} {r['mode']:9} {r['config']:17} {r['seq']:5d} {_fmt(r.get('median_ms'), '9.1f')} "
               f"{_fmt(r.get('compile_s'), '9.2f')} {_fmt(r.get('xla_temp_mb'), '8.1f')} "
               f"{_fmt(r.get('residual_mb'), '8.1f')}  {errs}")
@@ -241,7 +178,7 @@ def evaluate(results) -> list[dict]:
         worst, where = 0.0, ""
         for r in acc:
             for name, e in [("o", r["rel_err"]), ("h_T", r["rel_err_h_T"])] + \
-                    [(n, r["rel_err_grads"][n]) for n in GRAD_NAMES]:
+                    [(n, r["rel_err_grads"][n]) for n in GRADS]:
                 if not e <= worst:   # also catches NaN
                     worst, where = e, f"{r['impl']} {r['config']} T={r['seq']} {name}"
         add("accuracy: max normwise rel err <= 1e-5 (o, h_T, 5 grads, both kernels, seed grid)",

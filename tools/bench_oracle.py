@@ -239,11 +239,10 @@ def worker_jax_scan(B, G, H, T, dk, dv, repeats: int) -> dict:
 
     args = [jnp.asarray(x) for x in (q, k, v, la, h0, do, dh_T)]
     del q, k, v, la, h0, do, dh_T
-    t0 = time.perf_counter()
-    compiled = jax.jit(fwd_vjp).lower(*args).compile()
-    compile_s = time.perf_counter() - t0
-    mem = compiled.memory_analysis()
-    temp_mb = None if mem is None else mem.temp_size_in_bytes / 2**20
+    from glaref._audit import _timing
+
+    compiled, compile_s = _timing.compile_fn(fwd_vjp, args)       # as the audit measures them
+    temp_mb = _timing.memory(compiled)["xla_temp_mb"]
     jax.block_until_ready(compiled(*args))
     best = float("inf")
     for _ in range(repeats):
