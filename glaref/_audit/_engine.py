@@ -412,43 +412,39 @@ class _Run:
 
     def row(self, subject: Subject, mode: str, cname: str, dims: Dims, regime: str,
             truth: _judge.Truth, arr: dict[str, Any]) -> dict[str, Any]:
-        jax = self.jax
+        """One row: the kernel's structure (jax.eval_shape), compiled program, XLA memory, timing
+        and residuals, then its outputs judged against ``truth``. A kernel that raises or returns
+        the wrong structure or dtype is a failed row; one over the memory guard is skipped."""
         rec = self.base(subject, mode, cname, dims)
-        inputs = (arr["q"], arr["k"], arr["v"], arr["log_alpha"], arr["h0"])
+        inputs = tuple(arr[n] for n in GRADS)
         # packed sequences: the kernel receives the offsets (concrete int64) as cu_seqlens=
         cu = truth.p.cu_seqlens
         fn = subject.fn if cu is None else functools.partial(subject.fn, cu_seqlens=cu)
-        params = functools.partial(self.params, subject, regime, truth=truth)
         final: bool | None = None
         measured: dict[str, Any] = {}
+
+        def unmeasured(why: str, ok: bool | None = False) -> dict[str, Any]:
+            """The row without figures: why, what was measured so far, failed (or skipped)."""
+            rec.update({"skipped": why, **measured, **self.params(subject, regime, final, truth),
+                        "ok": ok})
+            if ok is False:
+                rec["failures"] = [why]
+            return rec
+
         try:
             with self.precision_ctx():
-                shape = jax.eval_shape(fn, *inputs)
+                shape = self.jax.eval_shape(fn, *inputs)
             _, final, problem = kernel_returns(shape, dims, self.layout, truth.p.n_states)
             if problem is not None:
-                rec.update({"skipped": problem, **params(final), "ok": False,
-                            "failures": [problem]})
-                return rec
-            outs = shape if final else (shape,)
-            if mode == "fwd":
-                # a fresh function per row, so compile_s is never a hit in jit's cache
-                f, args = _fwd(fn), inputs
-            else:
-                # cotangents in the dtype of the outputs they pair with (exact when that dtype is
-                # at least as wide as the audited one, as it is for every sane kernel)
-                cts = [arr["do"].astype(outs[0].dtype)]
-                if final:
-                    cts.append(arr["dh_T"].astype(outs[1].dtype))
-                f, args = _fwd_bwd(fn, final), inputs + tuple(cts)
+                return unmeasured(problem)
+            f, args = _program(fn, mode, final, shape if final else (shape,), inputs, arr)
             with self.precision_ctx():
-                compiled, compile_s = _timing.compile_fn(f, args)
-            measured["compile_s"] = compile_s
+                compiled, measured["compile_s"] = _timing.compile_fn(f, args)
             mem = _timing.memory(compiled)
             measured.update(mem)
             guard = self.check_memory(mem)
             if guard:
-                rec.update({"skipped": guard, **measured, **params(final), "ok": None})
-                return rec
+                return unmeasured(guard, ok=None)
             first, timing = _timing.time_calls(compiled, args, self.repeats)
             del compiled
             measured.update(timing)
@@ -456,41 +452,25 @@ class _Run:
                 with self.precision_ctx():
                     measured["residual_mb"] = _timing.residual_bytes(fn, inputs) / _timing.MIB
         except (Exception, SystemExit) as exc:  # the kernel raised: a failed row; the audit goes on
-            why = "kernel raised " + _reason(exc)
-            rec.update({"skipped": why, **measured, **params(final),
-                        "ok": False, "failures": [why]})
-            return rec
+            return unmeasured("kernel raised " + _reason(exc))
 
         # ---- errors against the oracle
-        if mode == "fwd":
-            raw = {"o": first[0] if final else first}
-            if final:
-                raw["h_T"] = first[1]
-        else:
-            out, grads = first
-            raw = {"o": out[0] if final else out}
-            if final:
-                raw["h_T"] = out[1]
-            raw.update(zip(GRADS, grads))
-        acc = _accumulate(subject, self.cdtype)
-        arrays = {n: np.asarray(x) for n, x in raw.items()}
+        arrays = {n: np.asarray(x) for n, x in _returned(first, mode, final).items()}
         for name, x in arrays.items():
             bad_dtype = _output_problem(name, x, x.shape, None)
             if bad_dtype is not None:       # e.g. a gradient from a custom_vjp in an integer dtype
-                rec.update({"skipped": bad_dtype, **measured, **params(final),
-                            "ok": False, "failures": [bad_dtype]})
-                return rec
+                return unmeasured(bad_dtype)
         canonical = {n: to_canonical(_to64(x), _KIND[n], self.layout) for n, x in arrays.items()}
         per = _judge.assess_outputs(
             truth, canonical, {n: _dtype_name(x.dtype) for n, x in arrays.items()}, final=bool(final),
-            grads=mode == "fwd_bwd", compute_dtype=self.cdtype, accumulate_dtype=acc,
-            chunk_size=subject.chunk_size)
-        rec.update({k: measured.get(k) for k in ("compile_s", "inner", "median_ms", "q1_ms", "q3_ms",
-                                                  "xla_temp_mb", "xla_arg_mb", "xla_out_mb")})
+            grads=mode == "fwd_bwd", compute_dtype=self.cdtype,
+            accumulate_dtype=_accumulate(subject, self.cdtype), chunk_size=subject.chunk_size)
+        rec.update({k: measured.get(k) for k in _timing.FIELDS})
         if mode == "fwd_bwd":
             rec["residual_mb"] = measured["residual_mb"]
         return _judged(rec, per, canonical, truth, layout=self.layout, cdtype=self.cdtype,
-                       mode=mode, final=bool(final), params=params(final))
+                       mode=mode, final=bool(final),
+                       params=self.params(subject, regime, final, truth))
 
     def declined(self, subject: Subject, mode: str, cname: str, dims: Dims, regime: str,
                  reason: str) -> dict[str, Any]:
@@ -569,6 +549,31 @@ def _fwd_bwd(fn: Callable, final: bool) -> Callable:
     return f
 
 
+def _program(fn: Callable, mode: str, final: bool, outs: tuple, inputs: tuple,
+             arr: dict[str, Any]) -> tuple[Callable, tuple]:
+    """(program, arguments) that one row compiles and times: the kernel alone (fwd), or its
+    forward and jax.vjp backward (fwd_bwd) with the cotangents in the dtype of the outputs they
+    pair with (``outs``: jax.eval_shape's o[, h_T]; exact when that dtype is at least as wide as
+    the audited one, as it is for every sane kernel)."""
+    if mode == "fwd":
+        # a fresh function per row, so compile_s is never a hit in jit's cache
+        return _fwd(fn), inputs
+    cts = [arr["do"].astype(outs[0].dtype)]
+    if final:
+        cts.append(arr["dh_T"].astype(outs[1].dtype))
+    return _fwd_bwd(fn, final), inputs + tuple(cts)
+
+
+def _returned(first, mode: str, final: bool) -> dict[str, Any]:
+    """The outputs of a program's first call by name: o[, h_T] and, for fwd_bwd, the gradients."""
+    out, grads = (first, ()) if mode == "fwd" else first
+    raw = {"o": out[0] if final else out}
+    if final:
+        raw["h_T"] = out[1]
+    raw.update(zip(GRADS, grads))
+    return raw
+
+
 # ---------------------------------------------------------------- the public entry point
 
 def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "quick",
@@ -629,15 +634,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
         oracle_impl=oracle_impl)
     _choices("precision", precision, _metrics.PRECISIONS)
     reps = pre.repeats if repeats is None else _integer("repeats", repeats, 0)
-    if chunk_size is not None or accumulate_dtype is not None:
-        # they describe user kernels; built-ins carry their own: refuse what would apply to nothing
-        users = [i for i in impl_list if not (isinstance(i, str) and i in BUILTIN_IMPLS)]
-        if not users:
-            given = "chunk_size" if chunk_size is not None else "accumulate_dtype"
-            value = chunk_size if chunk_size is not None else accumulate_dtype
-            raise AuditUsageError(
-                f"{given}: got {value!r}, but it describes user kernels and every kernel here is "
-                f"built in ({', '.join(impl_list)}); built-in kernels carry their own")
+    _check_user_options(impl_list, chunk_size, accumulate_dtype)
     if backend is not None and not isinstance(backend, str):
         raise AuditUsageError(f"backend: got {backend!r}, expected a platform name such as "
                               "'cpu' or 'gpu', or None")
@@ -677,49 +674,76 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
         plan = _problems.plan(regime_list, cfgs, seq_list)
         if packing is not None:                  # the sequences are the batch
             plan = [(regime, cname, replace(dims, B=1)) for regime, cname, dims in plan]
-        total = len(plan) * len(mode_list) * len(subjects)
-        records: list[dict[str, Any]] = []
+        sink = _Sink(len(plan) * len(mode_list) * len(subjects), writer, on_record, progress)
         host = _device.host_available_bytes() if memory_guard else None
         for regime, cname, dims in plan:
-            reason = _oracle_memory(dims, mode_list, host)
-            if reason is not None:
-                for mode in mode_list:
-                    for subject in subjects:
-                        if progress:
-                            progress(f"[{len(records) + 1}/{total}] {subject.name} {mode} {cname} "
-                                     f"T={dims.T} ({regime}): skipped")
-                        rec = run.declined(subject, mode, cname, dims, regime, reason)
-                        records.append(rec)
-                        if writer:
-                            writer.add(rec)
-                        if on_record:
-                            on_record(rec)
-                continue
-            problem = _problems.make_problem(regime, dims, seed, dtype, gate=gate,
-                                             cu_seqlens=_offsets(packing, dims.T, seed))
-            truth = _judge.Truth(problem, scale, oracle)
-            try:
-                truth.forward()
-                arr = run.device_arrays(problem)
-                for mode in mode_list:
-                    for subject in subjects:
-                        if progress:
-                            kind = "" if gate == "scalar" else f", {gate} gates"
-                            kind += "" if packing is None else f", {problem.n_states} packed sequences"
-                            progress(f"[{len(records) + 1}/{total}] {subject.name} {mode} {cname} "
-                                     f"T={dims.T} ({regime}{kind})")
-                        rec = run.row(subject, mode, cname, dims, regime, truth, arr)
-                        records.append(rec)
-                        if writer:
-                            writer.add(rec)
-                        if on_record:
-                            on_record(rec)
-            except NonFiniteError as exc:
-                # the oracle's own results overflow (the regimes' inputs are moderate: an extreme
-                # scale): nothing can be judged against them
-                raise AuditUsageError(str(exc)) from None
-            del arr
-    return records
+            _audit_problem(run, sink, subjects, mode_list, regime, cname, dims, host=host,
+                           seed=seed, dtype=dtype, gate=gate, packing=packing, scale=scale,
+                           oracle=oracle)
+    return sink.records
+
+
+def _check_user_options(impl_list: list, chunk_size, accumulate_dtype) -> None:
+    """chunk_size and accumulate_dtype describe user kernels (built-ins carry their own): refuse
+    them when every kernel is built in, where they would apply to nothing."""
+    if chunk_size is None and accumulate_dtype is None:
+        return
+    if all(isinstance(i, str) and i in BUILTIN_IMPLS for i in impl_list):
+        given = "chunk_size" if chunk_size is not None else "accumulate_dtype"
+        value = chunk_size if chunk_size is not None else accumulate_dtype
+        raise AuditUsageError(
+            f"{given}: got {value!r}, but it describes user kernels and every kernel here is "
+            f"built in ({', '.join(impl_list)}); built-in kernels carry their own")
+
+
+class _Sink:
+    """Where each row goes as it is made: the returned records, the JSON report (rewritten
+    atomically), the caller's callback; and the progress line announcing it."""
+
+    def __init__(self, total: int, writer, on_record, progress):
+        self.records: list[dict[str, Any]] = []
+        self.total, self.writer, self.on_record, self.progress = total, writer, on_record, progress
+
+    def announce(self, text: str) -> None:
+        if self.progress:
+            self.progress(f"[{len(self.records) + 1}/{self.total}] {text}")
+
+    def add(self, rec: dict[str, Any]) -> None:
+        self.records.append(rec)
+        if self.writer:
+            self.writer.add(rec)
+        if self.on_record:
+            self.on_record(rec)
+
+
+def _audit_problem(run: _Run, sink: _Sink, subjects: list[Subject], modes: list[str], regime: str,
+                   cname: str, dims: Dims, *, host: int | None, seed: int, dtype: str, gate: str,
+                   packing, scale: float, oracle: str) -> None:
+    """Every row (mode x kernel) of one problem: declined when the oracle's side would not fit
+    in ``host`` bytes, else the problem made, its oracle run once and each row measured."""
+    reason = _oracle_memory(dims, modes, host)
+    if reason is not None:
+        for mode in modes:
+            for subject in subjects:
+                sink.announce(f"{subject.name} {mode} {cname} T={dims.T} ({regime}): skipped")
+                sink.add(run.declined(subject, mode, cname, dims, regime, reason))
+        return
+    problem = _problems.make_problem(regime, dims, seed, dtype, gate=gate,
+                                     cu_seqlens=_offsets(packing, dims.T, seed))
+    kind = "" if gate == "scalar" else f", {gate} gates"
+    kind += "" if packing is None else f", {problem.n_states} packed sequences"
+    truth = _judge.Truth(problem, scale, oracle)
+    try:
+        truth.forward()
+        arr = run.device_arrays(problem)
+        for mode in modes:
+            for subject in subjects:
+                sink.announce(f"{subject.name} {mode} {cname} T={dims.T} ({regime}{kind})")
+                sink.add(run.row(subject, mode, cname, dims, regime, truth, arr))
+    except NonFiniteError as exc:
+        # the oracle's own results overflow (the regimes' inputs are moderate: an extreme scale):
+        # nothing can be judged against them
+        raise AuditUsageError(str(exc)) from None
 
 
 # ---------------------------------------------------------------- torch and NumPy kernels
@@ -776,8 +800,7 @@ def _framework_row(kernel: Callable, name: str, framework: str, mode: str, cname
     per = _judge.assess_outputs(truth, values, dtypes, final=final, grads=run.grads is not None,
                                 compute_dtype=cdtype, accumulate_dtype=acc, chunk_size=chunk_size,
                                 operand_dtype=operand_dtype)
-    rec.update({k: None for k in ("compile_s", "inner", "median_ms", "q1_ms", "q3_ms",
-                                  "xla_temp_mb", "xla_arg_mb", "xla_out_mb")})
+    rec.update(dict.fromkeys(_timing.FIELDS))
     if rec["mode"] == "fwd_bwd":
         rec["residual_mb"] = None
     return _judged(rec, per, values, truth, layout=layout, cdtype=cdtype, mode=rec["mode"],

@@ -27,6 +27,9 @@ from typing import Any, Callable
 import numpy as np
 
 MIB = float(2**20)
+# the record fields measured here, in the records' order (residual_mb, fwd_bwd only, aside)
+FIELDS = ("compile_s", "inner", "median_ms", "q1_ms", "q3_ms", "xla_temp_mb", "xla_arg_mb",
+          "xla_out_mb")
 TARGET_S = 0.05      # calibrated length of one timing
 MAX_INNER = 1000
 
