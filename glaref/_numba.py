@@ -564,6 +564,42 @@ def _forward_kernel(q, k, v, log_alpha, h0, scale, C, n_workers, grouped, vector
 
 
 @njit(**_JIT)
+def _chunk_starts(k, v, log_alpha, h0, C, starts, E, din, dout, Xk, ab):  # pragma: no cover
+    """starts[c] = the state at the start of chunk c (the forward's state update, chunk by
+    chunk), kept transposed, S^T (dv, dk), so that the backward's products with it read it in
+    the order BLAS prefers. E, din, dout, Xk, ab: scratch."""
+    T = k.shape[0]
+    S = np.empty((v.shape[1], k.shape[1]))
+    S[:, :] = h0.T
+    for c in range((T + C - 1) // C):
+        t0 = c * C
+        L = min(C, T - t0)
+        starts[c] = S
+        atot = _decays(log_alpha, t0, L, E[:L, :L], din, dout)
+        _row_scale(dout, k[t0:t0 + L], Xk[:L])
+        _gemm(True, False, 1.0, v[t0:t0 + L], Xk[:L], atot, S, ab)
+
+
+@njit(**_JIT)
+def _mask_by_decays(QKc, Ec, Ac, dAc, Pc, L):  # pragma: no cover - compiled
+    """A = Q K^T o E and dA <- dA o E (zero above the diagonal) for a chunk of L steps, and on
+    the way P[r, j] = sum_{i < j} W[r, i] (j <= r) with W[r, i] = E[r, i] (q_r . k_i)(do_r . v_i),
+    for the fourth dlog_alpha term. QKc[r, i] = q_r . k_i; dAc[r, i] = do_r . v_i on entry."""
+    for r in range(L):
+        acc = 0.0
+        for i in range(r + 1):
+            e = Ec[r, i]
+            a_ = QKc[r, i] * e
+            Ac[r, i] = a_
+            Pc[r, i] = acc
+            acc += a_ * dAc[r, i]
+            dAc[r, i] *= e
+        for i in range(r + 1, L):
+            Ac[r, i] = 0.0
+            dAc[r, i] = 0.0
+
+
+@njit(**_JIT)
 def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
               dq, dk, accumulate, dv, dla, dh0, starts, QK):  # pragma: no cover - compiled
     """One (b, h). dq, dk (T, dk) are written, or added to when ``accumulate``.
@@ -588,17 +624,7 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
     sg = np.empty((1, 1))
 
     # Pass 1: the state at the start of every chunk.
-    # The state is kept transposed, S^T (dv, dk), so that the products with it in pass 2 read
-    # it in the order BLAS prefers.
-    S = np.empty((dv_, dk_))
-    S[:, :] = h0.T
-    for c in range(n_chunks):
-        t0 = c * C
-        L = min(C, T - t0)
-        starts[c] = S
-        atot = _decays(log_alpha, t0, L, E[:L, :L], din, dout)
-        _row_scale(dout, k[t0:t0 + L], Xk[:L])
-        _gemm(True, False, 1.0, v[t0:t0 + L], Xk[:L], atot, S, ab)
+    _chunk_starts(k, v, log_alpha, h0, C, starts, E, din, dout, Xk, ab)
 
     # Pass 2: chunks in reverse, carrying Gn (the cotangent of the state at the chunk end),
     # also kept transposed: GnT = Gn^T (dv, dk).
@@ -626,22 +652,8 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
         Ykc = Yk[:L]
         atot = _decays(log_alpha, t0, L, Ec, din, dout)
 
-        QKc = QK[c]                                    # QK[r, i] = q_r . k_i
         _gemm(False, True, 1.0, dO, V, 0.0, dAc, ab)   # dA[r, i] = do_r . v_i
-        # Mask A and dA by the decays; on the way, P[r, j] = sum_{i < j} W[r, i] (j <= r) with
-        # W[r, i] = E[r, i] (q_r . k_i)(do_r . v_i), for the fourth dlog_alpha term.
-        for r in range(L):
-            acc = 0.0
-            for i in range(r + 1):
-                e = Ec[r, i]
-                a_ = QKc[r, i] * e
-                Ac[r, i] = a_
-                Pc[r, i] = acc
-                acc += a_ * dAc[r, i]
-                dAc[r, i] *= e
-            for i in range(r + 1, L):
-                Ac[r, i] = 0.0
-                dAc[r, i] = 0.0
+        _mask_by_decays(QK[c], Ec, Ac, dAc, Pc, L)
 
         # dlog_alpha term 1: atot <S0, Gn> (a dot product of dk*dv terms, through BLAS)
         _gemm(False, True, 1.0, S0.reshape((1, dk_ * dv_)), GnT.reshape((1, dk_ * dv_)), 0.0,
@@ -708,55 +720,35 @@ def _vjp_item(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector, b, g
 
 
 @njit(parallel=True, **_JIT)
-def _vjp_heads_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, n_workers, vector,
-                      sb, st0, st1, dqh, dkh, dv, dla, dh0):  # pragma: no cover - compiled
-    """Workers over (sequence, head) pairs (pair p goes to worker p % n_workers); dq, dk per head.
-    dla is (B, H, T, 1) for scalar gates, (B, H, T, dk) for vector gates."""
+def _vjp_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, n_workers, vector,
+                sb, st0, st1, per_head, dq, dk, dv, dla, dh0):  # pragma: no cover - compiled
+    """Workers over items (item p goes to worker p % n_workers): (sequence, head) pairs when
+    ``per_head`` (dq, dk (B, H, T, dk), one head each), else (sequence, group) items whose heads
+    run in order, adding into dq, dk (B, G, T, dk). dla is (B, H, T, 1) for scalar gates,
+    (B, H, T, dk) for vector gates."""
     G = q.shape[1]
     T, dk_ = q.shape[2], q.shape[3]
     H, dv_ = v.shape[1], v.shape[3]
     hpg = H // G
     NS = sb.shape[0]
     n_chunks = (T + C - 1) // C
+    per_item = H if per_head else G            # items per sequence
+    heads = 1 if per_head else hpg             # heads per item
     for w in prange(n_workers):
         ab = np.empty(2)
         starts = np.empty((max(n_chunks, 1), dv_, dk_))
         QK = np.empty((max(n_chunks, 1), C, C))
-        for nh in range(w, NS * H, n_workers):
-            n = nh // H
-            h = nh - n * H
-            g = h // hpg
+        for item in range(w, NS * per_item, n_workers):
+            n = item // per_item
+            x = item - n * per_item            # the head (per_head) or the group
+            g = x // hpg if per_head else x
             b, t0, t1 = sb[n], st0[n], st1[n]
             if not vector:
                 _qk_chunks(q[b, g, t0:t1], k[b, g, t0:t1], C, QK, ab)
-            _vjp_item(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector, b, g, h, n,
-                      t0, t1, dqh[b, h], dkh[b, h], False, dv, dla, dh0, starts, QK)
-
-
-@njit(parallel=True, **_JIT)
-def _vjp_groups_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, n_workers, vector,
-                       sb, st0, st1, dq, dk, dv, dla, dh0):  # pragma: no cover - compiled
-    """Workers over (sequence, group) items; the heads of a group run in order, adding into dq, dk."""
-    G = q.shape[1]
-    T, dk_ = q.shape[2], q.shape[3]
-    H, dv_ = v.shape[1], v.shape[3]
-    hpg = H // G
-    NS = sb.shape[0]
-    n_chunks = (T + C - 1) // C
-    for w in prange(n_workers):
-        ab = np.empty(2)
-        starts = np.empty((max(n_chunks, 1), dv_, dk_))
-        QK = np.empty((max(n_chunks, 1), C, C))
-        for ng in range(w, NS * G, n_workers):
-            n = ng // G
-            g = ng - n * G
-            b, t0, t1 = sb[n], st0[n], st1[n]
-            if not vector:
-                _qk_chunks(q[b, g, t0:t1], k[b, g, t0:t1], C, QK, ab)
-            for j in range(hpg):
-                h = g * hpg + j
+            for j in range(heads):
+                h = x if per_head else g * hpg + j
                 _vjp_item(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector, b, g, h,
-                          n, t0, t1, dq[b, g], dk[b, g], j > 0, dv, dla, dh0, starts, QK)
+                          n, t0, t1, dq[b, x], dk[b, x], j > 0, dv, dla, dh0, starts, QK)
 
 
 @njit(parallel=True, **_JIT)
@@ -887,7 +879,7 @@ def vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False, cu_seq
         if not grouped:
             dqh = np.zeros((B, H, T, dk))
             dkh = np.zeros((B, H, T, dk))
-            _vjp_heads_kernel(*args, dqh, dkh, dvv, dla4, dh0)
+            _vjp_kernel(*args, True, dqh, dkh, dvv, dla4, dh0)
             if per_head or G == H:
                 return dqh, dkh, dvv, dla, dh0
             dq = np.empty((B, G, T, dk))
@@ -898,5 +890,5 @@ def vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False, cu_seq
             return dq, dkg, dvv, dla, dh0
         dq = np.zeros((B, G, T, dk))
         dkg = np.zeros((B, G, T, dk))
-        _vjp_groups_kernel(*args, dq, dkg, dvv, dla4, dh0)
+        _vjp_kernel(*args, False, dq, dkg, dvv, dla4, dh0)
         return dq, dkg, dvv, dla, dh0
