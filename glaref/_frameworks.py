@@ -217,6 +217,36 @@ def _read(x: Any, name: str, kind: str, layout: str) -> np.ndarray:
     return to_canonical(to_host_float64(x, name), kind, layout)
 
 
+def _received(arrays: dict[str, np.ndarray], inputs: dict[str, np.ndarray], p: Problem,
+              layout: str) -> Problem:
+    """The canonical problem the kernel received: its ``inputs`` widened back exactly to float64
+    (the rounding is the framework's own), and the cotangents of ``arrays``."""
+    return _canonical_problem({**inputs, "do": arrays["do"], "dh_T": arrays["dh_T"]}, p, layout)
+
+
+def _forward(run: KernelRun, call: Callable[[], Any], p: Problem,
+             layout: str) -> tuple[list, bool] | None:
+    """Run a kernel's forward (``call()``, its return value) and record it in ``run``
+    (final_state, the array framework returned, the forward outputs and their dtypes): (its
+    arrays, returns h_T?), or None with ``run.error`` set when it raised or its structure is
+    wrong."""
+    try:
+        out = call()
+    except (Exception, SystemExit) as exc:     # a kernel calling sys.exit fails, glaref goes on
+        run.error = _error("forward", exc)
+        return None
+    arrays_out, final, problem = kernel_returns(out, p.dims, layout)
+    run.final_state = final
+    run.returned = array_framework(arrays_out[0]) if arrays_out else None
+    if problem is not None:
+        run.error = _problem_error("forward", problem)
+        return None
+    for name, x in zip(FORWARD, arrays_out):
+        run.dtypes[name] = dtype_name(x)
+        run.outputs[name] = _read(x, name, _KIND[name], layout)
+    return arrays_out, final
+
+
 # ---------------------------------------------------------------- the frameworks
 
 def _run_torch(kernel, p, dtype, layout, scale_kw, want_grads, device, run: KernelRun):
@@ -231,26 +261,14 @@ def _run_torch(kernel, p, dtype, layout, scale_kw, want_grads, device, run: Kern
     inputs = [torch.from_numpy(np.ascontiguousarray(arrays[n])).to(device=device, dtype=tdtype)
               for n in GRADS]
     # what the kernel receives, widened back exactly (the rounding is torch's own)
-    received = {n: t.double().cpu().numpy() for n, t in zip(GRADS, inputs)}
-    received["do"], received["dh_T"] = arrays["do"], arrays["dh_T"]
-    run.inputs = _canonical_problem(received, p, layout)
+    run.inputs = _received(arrays, {n: t.double().cpu().numpy() for n, t in zip(GRADS, inputs)}, p, layout)
     if want_grads:
         for t in inputs:
             t.requires_grad_(True)
-    try:
-        out = kernel(*inputs, **scale_kw)
-    except (Exception, SystemExit) as exc:     # a kernel calling sys.exit fails, glaref goes on
-        run.error = _error("forward", exc)
+    taken = _forward(run, lambda: kernel(*inputs, **scale_kw), p, layout)
+    if taken is None:
         return
-    arrays_out, final, problem = kernel_returns(out, p.dims, layout)
-    run.final_state = final
-    run.returned = array_framework(arrays_out[0]) if arrays_out else None
-    if problem is not None:
-        run.error = _problem_error("forward", problem)
-        return
-    for name, x in zip(FORWARD, arrays_out):
-        run.dtypes[name] = dtype_name(x)
-        run.outputs[name] = _read(x, name, _KIND[name], layout)
+    arrays_out, final = taken
     if not want_grads:
         run.no_grads = "gradients not asked for"
         return
@@ -296,24 +314,12 @@ def _run_numpy(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
     npd = _numpy_dtype(dtype)
     arrays = _kernel_arrays(p, layout)
     inputs = [np.ascontiguousarray(arrays[n]).astype(npd) for n in GRADS]
-    received = {n: x.astype(np.float64) for n, x in zip(GRADS, inputs)}
-    received["do"], received["dh_T"] = arrays["do"], arrays["dh_T"]
-    run.inputs = _canonical_problem(received, p, layout)
+    run.inputs = _received(arrays, {n: x.astype(np.float64) for n, x in zip(GRADS, inputs)}, p, layout)
     run.no_grads = "NumPy has no automatic differentiation: forward only"
-    try:
-        out = kernel(*inputs, **scale_kw)
-    except (Exception, SystemExit) as exc:     # a kernel calling sys.exit fails, glaref goes on
-        run.error = _error("forward", exc)
+    taken = _forward(run, lambda: kernel(*inputs, **scale_kw), p, layout)
+    if taken is None:
         return
-    arrays_out, final, problem = kernel_returns(out, p.dims, layout)
-    run.final_state = final
-    run.returned = array_framework(arrays_out[0]) if arrays_out else None
-    if problem is not None:
-        run.error = _problem_error("forward", problem)
-        return
-    for name, x in zip(FORWARD, arrays_out):
-        run.dtypes[name] = dtype_name(x)
-        run.outputs[name] = _read(x, name, _KIND[name], layout)
+    arrays_out, final = taken
 
 
 def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
@@ -323,30 +329,26 @@ def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
     jd = jnp.dtype(dtype)
     arrays = _kernel_arrays(p, layout)
     inputs = [jnp.asarray(np.asarray(arrays[n]).astype(jd)) for n in GRADS]
-    received = {n: np.asarray(x).astype(np.float64) for n, x in zip(GRADS, inputs)}
-    received["do"], received["dh_T"] = arrays["do"], arrays["dh_T"]
-    run.inputs = _canonical_problem(received, p, layout)
+    run.inputs = _received(arrays, {n: np.asarray(x).astype(np.float64)
+                                    for n, x in zip(GRADS, inputs)}, p, layout)
 
     def fn(*xs):
         return kernel(*xs, **scale_kw)
 
-    try:
+    pullbacks = []
+
+    def forward():
         if want_grads and p.do is not None:
             out, pullback = jax.vjp(fn, *inputs)
-        else:
-            out, pullback = fn(*inputs), None
-    except (Exception, SystemExit) as exc:     # a kernel calling sys.exit fails, glaref goes on
-        run.error = _error("forward", exc)
+            pullbacks.append(pullback)
+            return out
+        return fn(*inputs)
+
+    taken = _forward(run, forward, p, layout)
+    if taken is None:
         return
-    arrays_out, final, problem = kernel_returns(out, p.dims, layout)
-    run.final_state = final
-    run.returned = array_framework(arrays_out[0]) if arrays_out else None
-    if problem is not None:
-        run.error = _problem_error("forward", problem)
-        return
-    for name, x in zip(FORWARD, arrays_out):
-        run.dtypes[name] = dtype_name(x)
-        run.outputs[name] = _read(x, name, _KIND[name], layout)
+    arrays_out, final = taken
+    pullback = pullbacks[0] if pullbacks else None
     if pullback is None:
         run.no_grads = "gradients not asked for" if not want_grads else "the problem has no cotangent do"
         return
