@@ -153,6 +153,8 @@ def _forward_sweep(cfg: _Config, Q, K, V, LA, S0, *, outputs: bool):
 
 
 def _prepare(cfg: _Config, q, k, v, log_alpha, h0):
+    """The inputs grouped, in the compute dtype and padded to whole chunks: (Q, K, V, LA, h0,
+    T, compute dtype, output dtype). Scalar and vector gates alike."""
     cdt, odt = c.dtypes(q, k, v, log_alpha, h0)
     qg, kg, vg, lag, h0g = c.to_grouped(q, k, v, log_alpha, h0, cfg.G, cfg.layout, cdt)
     T = qg.shape[2]
@@ -160,11 +162,17 @@ def _prepare(cfg: _Config, q, k, v, log_alpha, h0):
     return Q, K, V, LA, h0g, T, cdt, odt
 
 
-def _chunked_fwd_impl(cfg: _Config, q, k, v, log_alpha, h0):
+def _forward_with(sweep, cfg: _Config, q, k, v, log_alpha, h0):
+    """(o, h_T) in the caller's layout and dtypes, the chunks swept by ``sweep`` (scalar gates'
+    or vector gates')."""
     Q, K, V, LA, S0, T, cdt, odt = _prepare(cfg, q, k, v, log_alpha, h0)
-    h_T, O = _forward_sweep(cfg, Q, K, V, LA, S0, outputs=True)
+    h_T, O = sweep(cfg, Q, K, V, LA, S0, outputs=True)
     o = c.v_like_from_grouped(O[:, :, :, :T], cfg.layout).astype(odt)
     return o, c.state_from_grouped(h_T)
+
+
+def _chunked_fwd_impl(cfg: _Config, q, k, v, log_alpha, h0):
+    return _forward_with(_forward_sweep, cfg, q, k, v, log_alpha, h0)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from . import _common as c
-from ._chunked import _GATE_PRECISION, _chunk, _Config, _pad, _put
+from ._chunked import _GATE_PRECISION, _chunk, _Config, _forward_with, _prepare, _put
 
 SUB = 16   # largest sub-chunk
 
@@ -149,19 +149,8 @@ def _sweep(cfg: _Config, Q, K, V, LA, S0, *, outputs: bool):
     return lax.fori_loop(0, N, body, (S0, buf))
 
 
-def _prepare(cfg: _Config, q, k, v, log_alpha, h0):
-    cdt, odt = c.dtypes(q, k, v, log_alpha, h0)
-    qg, kg, vg, lag, h0g = c.to_grouped(q, k, v, log_alpha, h0, cfg.G, cfg.layout, cdt)
-    T = qg.shape[2]
-    Q, K, V, LA = _pad(qg, kg, vg, lag, cfg.chunk_size)
-    return Q, K, V, LA, h0g, T, cdt, odt
-
-
 def _fwd_impl(cfg: _Config, q, k, v, log_alpha, h0):
-    Q, K, V, LA, S0, T, cdt, odt = _prepare(cfg, q, k, v, log_alpha, h0)
-    h_T, O = _sweep(cfg, Q, K, V, LA, S0, outputs=True)
-    o = c.v_like_from_grouped(O[:, :, :, :T], cfg.layout).astype(odt)
-    return o, c.state_from_grouped(h_T)
+    return _forward_with(_sweep, cfg, q, k, v, log_alpha, h0)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
