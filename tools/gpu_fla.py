@@ -64,7 +64,7 @@ def plan(quick: bool, regimes: list[str], kernels: list[str], dtypes: list[str])
     """[(kernel, dtype, config, B, T, H, K, V, regime)]: the seed configs (G = H) at T = 130 and
     2048 and g1h1_d128 at T = 8192 at the seed's full batch on a GPU; quick: B = 1, heads <= 2,
     T in QUICK_SEQS."""
-    from glaref.audit._presets import SEED_CONFIGS
+    from glaref._audit._presets import SEED_CONFIGS
 
     rows = []
     seqs = QUICK_SEQS if quick else judge_fla.SEQS + (judge_fla.LONG_SEQ,)

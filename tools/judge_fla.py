@@ -16,7 +16,7 @@ layout [B, T, H, *] (float32, glaref's regimes, seed 0), the reference called wi
 + sum(ht dht) differentiated by torch.autograd, and every output and gradient judged by
 ``glaref.testing.assert_close_to_oracle`` (the two-tier verdict of ``glaref audit``) on the inputs
 the reference received. What the verdict is told of each reference's structure (``chunk_size``)
-is in REFERENCES. Configs: the seed's four (``glaref.audit._presets.SEED_CONFIGS``, G = H: FLA's
+is in REFERENCES. Configs: the seed's four (``glaref._audit._presets.SEED_CONFIGS``, G = H: FLA's
 simple_gla has no grouped q/k) at T = 130 and 2048, and g1h1_d128 at T = 8192, batch and heads
 cut where SIZE_CUT says (autograd through a Python loop keeps every step's state).
 
@@ -41,7 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-NAMES = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")
+from glaref._inputs import FORWARD, OUTPUTS
+
 REGIMES = ("standard", "strong_decay", "near_one")
 SEQS = (130, 2048)
 LONG_CONFIG, LONG_SEQ = "g1h1_d128", 8192
@@ -208,7 +209,7 @@ def judge_case(name: str, fn: Callable, config: str, B: int, T: int, H: int, K: 
             "dtype": dtype, "compute_dtype": compute_dtype or dtype, "device": device,
             "operand_dtype": operand_dtype,
             "gate": ref.gate, "chunk_size": chunk, "structure": ref.structure,
-            "not_computed": [n for n in NAMES if n not in outputs],
+            "not_computed": [n for n in OUTPUTS if n not in outputs],
             "verdict": "ok" if not failing else "FAIL " + ",".join(failing),
             "worst_output": worst, "worst_x_ref": outputs[worst]["x_ref"] if worst else None,
             "allowed_ratio": outputs[worst]["allowed_ratio"] if worst else None,
@@ -219,7 +220,7 @@ def judge_case(name: str, fn: Callable, config: str, B: int, T: int, H: int, K: 
 
 def plan(quick: bool, only: list[str], regimes: list[str]):
     """[(reference, config, B, T, H, K, V, regime)]: every case of the run, cheapest first."""
-    from glaref.audit._presets import SEED_CONFIGS
+    from glaref._audit._presets import SEED_CONFIGS
 
     rows = []
     seqs = QUICK_SEQS if quick else SEQS
@@ -249,11 +250,11 @@ def _dtype(r: dict[str, Any]) -> str:
 
 def table(records: list[dict[str, Any]], header: dict[str, Any]) -> str:
     head = ("reference", "config", "B", "H", "T", "regime", "dtype") + tuple(
-        ("d" + n if n not in ("o", "h_T") else n) for n in NAMES) + (
+        ("d" + n if n not in FORWARD else n) for n in OUTPUTS) + (
         "worst/allowed", "proven", "verdict")
     rows = [head]
     for r in records:
-        x = [_fig(r["outputs"][n]["x_ref"], "{:.2f}") if n in r["outputs"] else "-" for n in NAMES]
+        x = [_fig(r["outputs"][n]["x_ref"], "{:.2f}") if n in r["outputs"] else "-" for n in OUTPUTS]
         worst = (f"{r['worst_ratio_to_allowed']:.3f} ({r['worst_output']})"
                  if r["worst_output"] else "-")
         proven = (f"{r['worst_proven_fraction']:.1e} ({r['worst_proven_output']})"
@@ -274,7 +275,7 @@ def table(records: list[dict[str, Any]], header: dict[str, Any]) -> str:
     if failed:
         lines.append("Failing outputs:")
         for r in failed:
-            for n, o in r["outputs"].items():
+            for o in r["outputs"].values():
                 if not o["ok"]:
                     lines.append(f"  {r['reference']} {r['config']} T={r['seq']} {r['regime']}: "
                                  f"{o['reason']} (x_ref {_fig(o['x_ref'])}, rel_err "

@@ -46,8 +46,8 @@ from .._frameworks import dtype_name, to_host_float64
 from .._inputs import Dims, canonicalize, from_canonical, to_canonical
 from . import GLAREF_NAMES, LOG_ALPHA_BT_SUM
 
-__all__ = ["gla_case", "gla_inputs", "gla_outputs", "simple_gla_case", "simple_gla_from_glaref", "simple_gla_inputs", "simple_gla_outputs",
-           "simple_gla_reference", "simple_gla_scales"]
+__all__ = ["gla_case", "gla_inputs", "gla_outputs", "simple_gla_case", "simple_gla_from_glaref",
+           "simple_gla_inputs", "simple_gla_outputs", "simple_gla_reference", "simple_gla_scales"]
 
 
 def _ndim(a: np.ndarray, name: str, ndim: int, spelled: str) -> None:
