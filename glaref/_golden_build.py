@@ -351,7 +351,8 @@ def verdict_entry() -> dict:
                  "budget_ulps = max_i |x_i - ref_i| / (u * scale_<output>_i + underflow_floor[output]) "
                  "must be <= proven_bound[structure, output] (proven tier); baseline_err = "
                  "max(B, floor_err) with B = max(chunked, sqrt(chunked * scan), sqrt(chunked * "
-                 "chunked_wide)) (unknown), scan "
+                 "chunked_wide), scan / calibrated_ratio, chunked_wide / calibrated_ratio) "
+                 "(unknown), scan "
                  "(step_by_step) or chunked (chunked_64) of ref_err, floor_err = "
                  "calibrated_floor * u * ||ref||_2 + sqrt(size) * underflow_floor; see README.md"),
     }

@@ -238,6 +238,11 @@ def test_baseline_follows_what_is_known_of_the_structure():
     assert _verdict.baseline_error({**e, "scan": 1.0}, None) == 2.0      # ... towards either extreme
     assert _verdict.baseline_error({**e, "scan": 0.5, "chunked_wide": 0.5}, None) == 1.0
     assert _verdict.baseline_error({**e, "scan": math.inf}, None) == math.inf
+    # an extreme erring more than R^2 times the chunks is itself correct: it passes at its own error
+    R = tol("calibrated_ratio")
+    far = {**e, "scan": 2 * R * R}
+    assert _verdict.baseline_error(far, None) == 2 * R > math.sqrt(2 * R * R)
+    assert R * _verdict.baseline_error(far, None) == far["scan"]
 
 
 def _narrow(p: Problem, dtype) -> Problem:
