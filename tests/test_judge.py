@@ -306,36 +306,29 @@ def test_check_kernel_numpy_forward_only():
         gt.check_kernel(late, chunk_size=1, seqs=[9])
 
 
-def tf32_kernel(q, k, v, log_alpha, h0, scale):
-    """numpy_kernel with every product's operands rounded to TF32 (10 explicit mantissa bits), as
-    a GPU runs float32 matmuls by default (Triton's tl.dot); sums and the state in float32."""
+def operand_rounding_kernel(fmt):
+    """numpy_kernel with every product's operands rounded to ``fmt`` (sums and the state in
+    float32): "tf32" is what a GPU does with float32 matmuls by default (Triton's tl.dot);
+    "bfloat16" a Triton kernel casting its float32 state to bfloat16 before tl.dot."""
     from glaref._baseline import round_to
 
-    rep = v.shape[1] // q.shape[1]
-    q, k = np.repeat(q, rep, axis=1), np.repeat(k, rep, axis=1)
-    S, outs = h0.copy(), []
-    for t in range(q.shape[2]):
-        kv = round_to(k[:, :, t, :, None], "tf32") * round_to(v[:, :, t, None, :], "tf32")
-        S = S * np.exp(log_alpha[:, :, t])[..., None, None] + kv
-        outs.append(scale * np.einsum("bhk,bhkv->bhv", round_to(q[:, :, t], "tf32"),
-                                      round_to(S, "tf32")))
-    return np.stack(outs, 2), S
+    def kernel(q, k, v, log_alpha, h0, scale):
+        rep = v.shape[1] // q.shape[1]
+        q, k = np.repeat(q, rep, axis=1), np.repeat(k, rep, axis=1)
+        S, outs = h0.copy(), []
+        for t in range(q.shape[2]):
+            kv = round_to(k[:, :, t, :, None], fmt) * round_to(v[:, :, t, None, :], fmt)
+            S = S * np.exp(log_alpha[:, :, t])[..., None, None] + kv
+            outs.append(scale * np.einsum("bhk,bhkv->bhv", round_to(q[:, :, t], fmt),
+                                          round_to(S, fmt)))
+        return np.stack(outs, 2), S
+
+    kernel.__name__ = kernel.__qualname__ = f"{fmt}_operand_kernel"
+    return kernel
 
 
-def bf16_operand_kernel(q, k, v, log_alpha, h0, scale):
-    """tf32_kernel's scan with every product's operands rounded to bfloat16 on float32 inputs (a
-    Triton kernel casting its float32 state to bfloat16 before ``tl.dot``); sums in float32."""
-    from glaref._baseline import round_to
-
-    rep = v.shape[1] // q.shape[1]
-    q, k = np.repeat(q, rep, axis=1), np.repeat(k, rep, axis=1)
-    S, outs = h0.copy(), []
-    for t in range(q.shape[2]):
-        kv = round_to(k[:, :, t, :, None], "bfloat16") * round_to(v[:, :, t, None, :], "bfloat16")
-        S = S * np.exp(log_alpha[:, :, t])[..., None, None] + kv
-        outs.append(scale * np.einsum("bhk,bhkv->bhv", round_to(q[:, :, t], "bfloat16"),
-                                      round_to(S, "bfloat16")))
-    return np.stack(outs, 2), S
+tf32_kernel = operand_rounding_kernel("tf32")
+bf16_operand_kernel = operand_rounding_kernel("bfloat16")
 
 
 def test_operand_rounding_is_judged_when_said_so():
