@@ -186,7 +186,8 @@ def test_progress_goes_to_stderr_and_can_be_switched_off(capsys, flag):
 
 
 def test_importing_the_cli_and_engine_loads_no_jax():
-    r = subprocess.run([sys.executable, "-c", "import sys, glaref.cli, glaref.audit; "
+    r = subprocess.run([sys.executable, "-c", "import sys, glaref, glaref.cli, "
+                        "glaref._audit._engine; glaref.audit; "
                         "print(sorted(m for m in ('jax', 'numba', 'matplotlib', 'torch') "
                         "if m in sys.modules))"],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
