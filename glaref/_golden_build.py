@@ -341,6 +341,7 @@ def verdict_entry() -> dict:
     return {
         "calibrated_ratio": tol("calibrated_ratio"),
         "calibrated_floor": tol("calibrated_floor"),
+        "calibrated_extreme_margin": tol("calibrated_extreme_margin"),
         "outputs": list(OUTPUTS),
         "reference_kernels": list(golden.REFERENCE_KERNELS),
         "reference_chunk": _baseline.CHUNK,
@@ -351,7 +352,8 @@ def verdict_entry() -> dict:
                  "budget_ulps = max_i |x_i - ref_i| / (u * scale_<output>_i + underflow_floor[output]) "
                  "must be <= proven_bound[structure, output] (proven tier); baseline_err = "
                  "max(B, floor_err) with B = max(chunked, sqrt(chunked * scan), sqrt(chunked * "
-                 "chunked_wide), scan / calibrated_ratio, chunked_wide / calibrated_ratio) "
+                 "chunked_wide), m * scan, m * chunked_wide) with m = calibrated_extreme_margin / "
+                 "calibrated_ratio "
                  "(unknown), scan "
                  "(step_by_step) or chunked (chunked_64) of ref_err, floor_err = "
                  "calibrated_floor * u * ||ref||_2 + sqrt(size) * underflow_floor; see README.md"),

@@ -234,11 +234,11 @@ def baseline_error(errors: dict[str, float], chunk_size: int | None) -> float:
     extreme errs more: max(c, sqrt(c s), sqrt(c w)). On long-memory inputs the scan's sequential
     accumulation errs several times more than chunks do; on slowly decaying states and under
     the dlog_alpha identity, wide chunks do (docs/budgets.md, section 8). Each extreme is itself
-    a correct kernel, so the baseline never drops below its error over the allowed ratio: where an
-    extreme errs more than R^2 times the 64-step chunks (bfloat16 inputs under near-one gates at
-    T >= 2048, whose products are exact in float32 while the scan rounds its state every step),
-    a kernel erring as much as that extreme still passes: max(c, sqrt(c s), sqrt(c w), s / R,
-    w / R)."""
+    a correct kernel, so the baseline never drops below m / R times its error (m =
+    ``calibrated_extreme_margin``): where an extreme errs more than (R / m)^2 times the 64-step
+    chunks (bfloat16 inputs under near-one gates at T >= 2048, whose products are exact in
+    float32 while the scan rounds its state every step), a kernel erring up to m times as much
+    as that extreme still passes: max(c, sqrt(c s), sqrt(c w), m s / R, m w / R)."""
     if chunk_size == 1:
         return errors["scan"]
     c = errors["chunked"]
@@ -247,8 +247,8 @@ def baseline_error(errors: dict[str, float], chunk_size: int | None) -> float:
     others = [errors[k] for k in ("scan", "chunked_wide")]
     if not all(math.isfinite(x) for x in [c] + others):
         return math.inf
-    R = tol("calibrated_ratio")
-    return max([c] + [math.sqrt(c * x) for x in others] + [x / R for x in others])
+    m_over_R = tol("calibrated_extreme_margin") / tol("calibrated_ratio")
+    return max([c] + [math.sqrt(c * x) for x in others] + [m_over_R * x for x in others])
 
 
 def calibrated_floor(ref_norm: float, returned_dtype: str | None, compute_dtype: str, output: str,

@@ -238,11 +238,15 @@ def test_baseline_follows_what_is_known_of_the_structure():
     assert _verdict.baseline_error({**e, "scan": 1.0}, None) == 2.0      # ... towards either extreme
     assert _verdict.baseline_error({**e, "scan": 0.5, "chunked_wide": 0.5}, None) == 1.0
     assert _verdict.baseline_error({**e, "scan": math.inf}, None) == math.inf
-    # an extreme erring more than R^2 times the chunks is itself correct: it passes at its own error
-    R = tol("calibrated_ratio")
-    far = {**e, "scan": 2 * R * R}
-    assert _verdict.baseline_error(far, None) == 2 * R > math.sqrt(2 * R * R)
-    assert R * _verdict.baseline_error(far, None) == far["scan"]
+    # an extreme erring more than (R/m)^2 times the chunks is itself correct: a kernel erring up to
+    # m times as much still passes
+    R, m = tol("calibrated_ratio"), tol("calibrated_extreme_margin")
+    far = {**e, "scan": 4 * (R / m) ** 2}
+    assert _verdict.baseline_error(far, None) == pytest.approx(4 * R / m, rel=1e-15)
+    assert _verdict.baseline_error(far, None) > math.sqrt(far["scan"])
+    assert R * _verdict.baseline_error(far, None) == pytest.approx(m * far["scan"], rel=1e-15)
+    near = {**e, "scan": (R / m) ** 2 / 2}              # within (R/m)^2: the geometric mean rules
+    assert _verdict.baseline_error(near, None) == math.sqrt(near["scan"])
 
 
 def _narrow(p: Problem, dtype) -> Problem:

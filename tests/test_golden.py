@@ -382,8 +382,8 @@ def readme_rule(c: golden.Case, out: str, x: np.ndarray, row: int = 0) -> dict:
     d = np.where(np.isfinite(x), x - ref, 0.0)
     err = math.sqrt(math.fsum((d * d).ravel()))
     s, ch, w = c["ref_err"][0, i], c["ref_err"][1, i], c["ref_err"][2, i]
-    R = MANIFEST["verdict"]["calibrated_ratio"]
-    base = {0: max(ch, math.sqrt(ch * s), math.sqrt(ch * w), s / R, w / R), 1: s, 2: ch}[row]
+    mR = MANIFEST["verdict"]["calibrated_extreme_margin"] / MANIFEST["verdict"]["calibrated_ratio"]
+    base = {0: max(ch, math.sqrt(ch * s), math.sqrt(ch * w), mR * s, mR * w), 1: s, 2: ch}[row]
     baseline = max(base, c["floor_err"][i])
     assert baseline == c["baseline_err"][row, i]
     floor = (tol("calibrated_floor") * c["u"] * c["ref_norm"][i]
