@@ -39,6 +39,21 @@ IMPLS = [
 ]
 
 
+
+def blocked_imports(*names: str) -> str:
+    """Python source, for ``python -c``, that makes importing any of ``names`` (top-level
+    packages) raise ImportError: a fresh process without numba, jax, torch, ..."""
+    return f"""
+import importlib.abc, sys
+BLOCK = {names!r}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCK:
+            raise ImportError(f"{{name}} is blocked for this test")
+        return None
+sys.meta_path.insert(0, Block())
+"""
+
 @pytest.fixture(params=IMPLS)
 def impl(request) -> str:
     """Each oracle implementation in turn."""

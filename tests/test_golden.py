@@ -31,6 +31,8 @@ from glaref.cli import main
 from glaref.golden import OUTPUTS, OracleFileError
 from glaref.tolerances import tol
 
+from conftest import blocked_imports
+
 ROOT = Path(__file__).resolve().parents[1]
 ORACLES = ROOT / "oracles"
 README = ORACLES / "README.md"
@@ -348,15 +350,9 @@ def test_loader_errors_for_a_missing_file_an_unknown_name_a_bad_manifest_and_a_b
         golden.manifest(tmp_path / "nowhere")
 
 
-_NUMPY_ONLY = r"""
-import importlib.abc, json, sys
-BLOCK = ("numba", "jax", "jaxlib", "torch", "ml_dtypes", "mpmath", "scipy")
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in BLOCK:
-            raise ImportError(f"{name} is blocked for this test")
-        return None
-sys.meta_path.insert(0, Block())
+_NUMPY_ONLY = blocked_imports("numba", "jax", "jaxlib", "torch", "ml_dtypes", "mpmath",
+                              "scipy") + r"""
+import json
 import glaref
 names = glaref.golden.cases(dtype="bfloat16")
 c = glaref.golden.load(names[0])

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+from conftest import blocked_imports
+
 HEAVY = ("numba", "jax", "jaxlib", "torch", "glaref._numba", "matplotlib", "mpmath", "scipy")
 
 _PROBE = r"""
@@ -31,15 +33,8 @@ def test_import_is_fast_and_light():
     assert best < 0.5, f"import glaref took {best:.3f} s (best of 3), expected < 0.5 s"
 
 
-_BLOCKED = r"""
-import importlib.abc, sys
-BLOCK = ("numba", "jax", "jaxlib", "torch", "ml_dtypes", "matplotlib", "mpmath")
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in BLOCK:
-            raise ImportError(f"{name} is blocked for this test")
-        return None
-sys.meta_path.insert(0, Block())
+_BLOCKED = blocked_imports("numba", "jax", "jaxlib", "torch", "ml_dtypes", "matplotlib",
+                           "mpmath") + r"""
 import numpy as np
 import glaref
 rng = np.random.default_rng(0)
