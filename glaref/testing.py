@@ -109,7 +109,8 @@ def _run_check(kernel, framework, *, configs, seqs, dtype, regimes, layout, scal
                             ("operand_dtype", operand_dtype)):
             if value is not None:
                 raise AuditUsageError(f"{name}: got {value!r} for a JAX kernel, expected None (the "
-                                      "audit derives both from dtype, precision and backend)")
+                                      "audit derives the arithmetic from dtype, precision and "
+                                      "backend, and places the arrays itself)")
         return audit([kernel], configs, seqs, modes, dtype=dtype, precision=precision,
                      backend=backend, layout=layout, scale=scale, repeats=0, seed=seed,
                      regimes=regimes, chunk_size=chunk_size, accumulate_dtype=accumulate_dtype)
