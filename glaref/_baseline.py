@@ -97,6 +97,31 @@ def _fma(a, x, y):
     return (np.multiply(a, x, dtype=np.float64) + y).astype(x.dtype)
 
 
+def _direct_dla(M, q_in, k_in, carried, st):
+    """One chunk's dlog_alpha in the *direct* form (docs/math.md, sections 4 and 9.3): the
+    chunk-local identity with its cancelling pairs removed, leaving only the genuine terms of
+    alpha_t <S_{t-1}, G_t>, each carrying its own decay:
+
+        dlog_alpha_t = sum_{i >= t > j} M[i, j] + sum_{i >= t} q_i . dq_i^in
+                       + sum_{j < t} k_j . dk_j^in + exp(b_last) <S_n, dS_{n+1}>
+
+    M[i, j] (.., L, L[, dk]): the in-chunk products (zero above the diagonal); q_in, k_in
+    (.., L[, dk]): q_i . dq_i^in and k_j . dk_j^in, the parts through the entering state and the
+    leaving cotangent; carried (..[, dk]): exp(b_last) <S_n, dS_{n+1}>. Every sum over steps is a
+    product with a 0/1 matrix, accumulated in the working dtype like every other sum."""
+    if M.ndim == 4:                                      # scalar gates: one key "dimension"
+        return _direct_dla(M[..., None], q_in[..., None], k_in[..., None], carried[..., None],
+                           st)[..., 0]
+    L = M.shape[2]
+    dt = M.dtype
+    after = np.triu(np.ones((L, L), dt))                 # [t <= i]
+    before = np.tril(np.ones((L, L), dt), -1)            # [j < t]
+    # R[t, j] = sum_{i >= t} M[i, j], then the sum over j < t
+    Rm = st(after @ M.reshape(M.shape[:3] + (-1,))).reshape(M.shape)
+    straddle = st(np.sum(Rm * before[..., None], axis=3))
+    return st(straddle + st(after @ q_in) + st(before @ k_in) + carried[:, :, None])
+
+
 def _chunked(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK):
     """The chunked kernel on per-head arrays (B, H, T, d) in the working dtype."""
     B, H, T, dk = q.shape
@@ -141,6 +166,7 @@ def _chunked(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK)
     dk = np.empty_like(k)
     dvv = np.empty_like(v)
     dla = np.empty_like(la)
+    dla_d = np.empty_like(la)
     dS = np.zeros_like(h_T) if dh_T is None else dh_T.copy()
     for n in reversed(range(N)):
         t0, t1 = bounds[n]
@@ -167,9 +193,12 @@ def _chunked(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK)
         # accumulated by BLAS like every other sum here)
         suffix = np.tril(np.ones((t1 - t0, t1 - t0), dt))
         dla[:, :, t0:t1] = st(st(w @ suffix) + tail[..., None])
+        dla_d[:, :, t0:t1] = _direct_dla(M, st(np.sum(Q * dq_in, axis=-1)),
+                                         st(np.sum(K * dk_in, axis=-1)),
+                                         st(eb_last * np.sum(S * dS, axis=(-2, -1))), st)
         dq[:, :, t0:t1], dk[:, :, t0:t1], dvv[:, :, t0:t1] = dq_c, dk_c, dv_c
         dS = st(_fma(eb_last[..., None, None], dS, mm(np.swapaxes(st(Q * eb[..., None]), -1, -2), dO)))
-    return o, h_T, dq, dk, dvv, dla, dS
+    return o, h_T, dq, dk, dvv, dla, dS, dla_d
 
 
 def _chunked_vector(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK):
@@ -234,6 +263,7 @@ def _chunked_vector(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C
     dk_ = np.empty_like(k)
     dvv = np.empty_like(v)
     dla = np.empty_like(la)
+    dla_d = np.empty_like(la)
     dS = np.zeros_like(h_T) if dh_T is None else dh_T.copy()
     for n in reversed(range(N)):
         t0, t1 = bounds[n]
@@ -259,9 +289,11 @@ def _chunked_vector(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C
         # sum_{t <= s < end} w_s as a product with the 0/1 matrix [t <= s]
         suffix = np.triu(np.ones((t1 - t0, t1 - t0), dt))
         dla[:, :, t0:t1] = st(st(suffix @ w) + tail[:, :, None, :])
+        dla_d[:, :, t0:t1] = _direct_dla(M, st(Q * dq_in), st(K * dk_in),
+                                         st(eb_last * np.sum(S * dS, axis=-1)), st)
         dq[:, :, t0:t1], dk_[:, :, t0:t1], dvv[:, :, t0:t1] = dq_c, dk_c, dv_c
         dS = st(_fma(eb_last[..., None], dS, mm(sw(st(Q * eb)), dO)))
-    return o, h_T, dq, dk_, dvv, dla, dS
+    return o, h_T, dq, dk_, dvv, dla, dS, dla_d
 
 
 # ------------------------------------------------------------------------------------ scan
@@ -279,7 +311,7 @@ def _scan(qh, kh, v, la, h0, do, dh_T, scale, operand, storage, grads):
         return o, h_T
     dhT = np.zeros_like(h0) if dh_T is None else dh_T
     dq, dk, dv, dla, dh0 = vjp(qh, kh, v, la, h0, do, dhT, sc, mo, ms)
-    return o, h_T, dq, dk, dv, dla, dh0
+    return o, h_T, dq, dk, dv, dla, dh0, dla      # the scan's dlog_alpha is the direct form
 
 
 # ------------------------------------------------------------------------------------ public
@@ -322,17 +354,19 @@ def run(kernel: str, p, scale: float, *, arith: str = "float32", operand: str | 
     if qh.size == 0 or v.size == 0:                 # T, B or H of zero: nothing to accumulate
         z = np.zeros
         res = (z(v.shape, dt), h0.copy(), z(qh.shape, dt), z(kh.shape, dt), z(v.shape, dt),
-               z(la.shape, dt), np.zeros_like(h0) if dh_T is None else dh_T.copy())
+               z(la.shape, dt), np.zeros_like(h0) if dh_T is None else dh_T.copy(),
+               z(la.shape, dt))
         res = res if grads else res[:2]
     else:
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
             res = impl(qh, kh, v, la, h0, do, dh_T, scale, operand, storage, grads)
     out = {"o": res[0], "h_T": res[1]}
     if grads:
-        dq, dk_, dv, dla, dh0 = res[2:]
+        dq, dk_, dv, dla, dh0, dla_direct = res[2:]
         # group sum in head order, in the working dtype (storage-rounded like any other sum)
         gsum = lambda x: round_to(x.reshape(B, G, H // G, T, dk).sum(axis=2, dtype=dt), storage)  # noqa: E731
-        out.update(q=gsum(dq), k=gsum(dk_), v=dv, log_alpha=dla, h0=dh0)
+        out.update(q=gsum(dq), k=gsum(dk_), v=dv, log_alpha=dla, h0=dh0,
+                   log_alpha_direct=dla_direct)
     return {n: np.asarray(x, dtype=np.float64) for n, x in out.items()}
 
 
@@ -345,8 +379,9 @@ def _run_packed(kernel: str, p, scale: float, *, grads: bool, **arith) -> dict[s
     out = {"o": np.zeros((B, H, T, dv)), "h_T": np.zeros((NS, H, dk, dv))}
     if grads:
         out.update(q=np.zeros(p.q.shape), k=np.zeros(p.k.shape), v=np.zeros(p.v.shape),
-                   log_alpha=np.zeros(p.log_alpha.shape), h0=np.zeros((NS, H, dk, dv)))
-    time_axis = {"o", "q", "k", "v", "log_alpha"}
+                   log_alpha=np.zeros(p.log_alpha.shape), h0=np.zeros((NS, H, dk, dv)),
+                   log_alpha_direct=np.zeros(p.log_alpha.shape))
+    time_axis = {"o", "q", "k", "v", "log_alpha", "log_alpha_direct"}
     for n, (t0, t1) in enumerate(zip(cu[:-1], cu[1:])):
         ts = slice(t0, t1)
         cut = lambda x: None if x is None else x[:, :, ts]            # noqa: E731, B023

@@ -151,18 +151,20 @@ class Truth:
 
 def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, final: bool,
                   grads: bool, compute_dtype: str, accumulate_dtype: str | None = None,
-                  chunk_size: int | None = None,
-                  operand_dtype: str | None = None) -> _verdict.Assessment:
+                  chunk_size: int | None = None, operand_dtype: str | None = None,
+                  dlog_alpha_form: str | None = None) -> _verdict.Assessment:
     """The Assessment of one output ``name`` of a kernel: ``x`` its canonical "bhtd" value (any
     float dtype), ``dtype`` the dtype name it was *returned* in (the reference kernels' values are
     rounded to it); other arguments as for :func:`assess_outputs`."""
+    _verdict.check_dlog_alpha_form(dlog_alpha_form)
     scales = truth.scales(final, grads)
     refs = truth.references(final, grads, chunk_size,
                             _verdict.reference_arithmetic(compute_dtype, accumulate_dtype,
                                                           operand_dtype))
     # dlog_alpha is held to the scale of the reverse-cumsum identity (_verdict, decision 3)
     sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
-    ref_out = {k: _baseline.round_to(v[name], dtype) for k, v in refs.items()}
+    key = _verdict.reference_key(name, dlog_alpha_form)
+    ref_out = {k: _baseline.round_to(v[key], dtype) for k, v in refs.items()}
     # the proven bound takes scalar gates of one sequence per row: vector gates and packed
     # sequences are presented to it as such (_budget.budget_view)
     dims, log_alpha = truth.budget_view()
@@ -182,15 +184,18 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
 def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[str, str], *,
                    final: bool, grads: bool, compute_dtype: str,
                    accumulate_dtype: str | None = None, chunk_size: int | None = None,
-                   operand_dtype: str | None = None) -> dict[str, _verdict.Assessment]:
+                   operand_dtype: str | None = None,
+                   dlog_alpha_form: str | None = None) -> dict[str, _verdict.Assessment]:
     """One Assessment per output the kernel gave (canonical "bhtd" values, any float dtype;
     ``dtypes`` the dtype name each was *returned* in, which the reference kernels' values are
     rounded to). ``final``: the kernel returned h_T (so dh_T was its cotangent); ``grads``: the
-    gradients are among ``outputs``. Outputs missing from ``outputs`` (or None) are not judged."""
+    gradients are among ``outputs``. Outputs missing from ``outputs`` (or None) are not judged.
+    ``dlog_alpha_form``: how the kernel computes dlog_alpha, when known
+    (``_verdict.DLOG_ALPHA_FORMS``; None: unknown, judged as the identity)."""
     return {name: assess_output(truth, name, outputs[name], dtypes.get(name), final=final,
                                 grads=grads, compute_dtype=compute_dtype,
                                 accumulate_dtype=accumulate_dtype, chunk_size=chunk_size,
-                                operand_dtype=operand_dtype)
+                                operand_dtype=operand_dtype, dlog_alpha_form=dlog_alpha_form)
             for name in OUTPUTS if outputs.get(name) is not None}
 
 

@@ -41,12 +41,14 @@ def inject(x: np.ndarray, eps: float, kind: str, seed: int = 0) -> np.ndarray:
 
 def threshold(truth: _judge.Truth, name: str, x: np.ndarray, dtype: str, kind: str, *,
               final: bool, grads: bool, compute_dtype: str, accumulate_dtype: str | None = None,
-              chunk_size: int | None = None, rel_precision: float = 0.02) -> dict:
+              chunk_size: int | None = None, dlog_alpha_form: str | None = None,
+              rel_precision: float = 0.02) -> dict:
     """{"natural": the output's own rel_err, "eps": the smallest injected eps the verdict flags
     (to ``rel_precision``), "ratio": eps / natural, "clean": the uninjected output passes}.
     eps is inf when nothing up to 1e3 is flagged (the output is zero, say)."""
     judge = dict(final=final, grads=grads, compute_dtype=compute_dtype,
-                 accumulate_dtype=accumulate_dtype, chunk_size=chunk_size)
+                 accumulate_dtype=accumulate_dtype, chunk_size=chunk_size,
+                 dlog_alpha_form=dlog_alpha_form)
     ref = truth.reference(name, final)
     natural = rel_err(np.asarray(x, dtype=np.float64), ref)
 

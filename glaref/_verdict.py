@@ -77,6 +77,31 @@ import numpy as np
 from ._inputs import OUTPUTS, Dims
 from .tolerances import UNIT_ROUNDOFF, lookup, tol
 
+# How a kernel computes dlog_alpha, when it says (``dlog_alpha_form``; None: unknown):
+#   "identity"  the chunk-local reverse-cumsum identity sum_{s >= t} (q_s . dq_s - k_s . dk_s)
+#               plus a state term (flash-linear-attention's chunk kernels): its terms cancel
+#               under strong decay, so it legitimately errs more (docs/budgets.md, section 8);
+#   "direct"    the genuine terms of alpha_t <S_{t-1}, G_t> only (a scan, autodiff of segment
+#               sums, glaref's vector-gate chunked kernel): held to references of that form.
+DLOG_ALPHA_FORMS = ("identity", "direct")
+
+
+def check_dlog_alpha_form(form) -> str | None:
+    """``form`` itself when it is None or one of ``DLOG_ALPHA_FORMS``, else a ValueError naming
+    the argument."""
+    if form is not None and form not in DLOG_ALPHA_FORMS:
+        raise ValueError(f"dlog_alpha_form: got {form!r}, expected None (unknown) or one of "
+                         f"{DLOG_ALPHA_FORMS}")
+    return form
+
+
+def reference_key(output: str, dlog_alpha_form: str | None) -> str:
+    """The reference kernels' output (``glaref._baseline.run``'s keys) a kernel's ``output`` is
+    compared with: dlog_alpha of a kernel that declares the direct form is compared with the
+    references' direct-form dlog_alpha (``log_alpha_direct``); every other output, and the
+    identity or unknown form, with the output of the same name."""
+    return "log_alpha_direct" if output == "log_alpha" and dlog_alpha_form == "direct" else output
+
 
 def _check_output(output: str) -> None:
     if output not in OUTPUTS:

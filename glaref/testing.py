@@ -97,7 +97,7 @@ def _framework(kernel: Any, framework: str | None) -> str:
 
 def _run_check(kernel, framework, *, configs, seqs, dtype, regimes, layout, scale, chunk_size,
                accumulate_dtype, modes, seed, backend, precision, compute_dtype, device,
-               operand_dtype=None):
+               operand_dtype=None, dlog_alpha_form=None):
     """check_kernel's rows: JAX kernels through the audit engine, torch/NumPy ones through
     ``audit_kernel``."""
     from ._audit import AuditUsageError
@@ -113,7 +113,8 @@ def _run_check(kernel, framework, *, configs, seqs, dtype, regimes, layout, scal
                                       "backend, and places the arrays itself)")
         return audit([kernel], configs, seqs, modes, dtype=dtype, precision=precision,
                      backend=backend, layout=layout, scale=scale, repeats=0, seed=seed,
-                     regimes=regimes, chunk_size=chunk_size, accumulate_dtype=accumulate_dtype)
+                     regimes=regimes, chunk_size=chunk_size, accumulate_dtype=accumulate_dtype,
+                     dlog_alpha_form=dlog_alpha_form)
     if backend is not None:
         raise AuditUsageError(f"backend: got {backend!r} for a {fw} kernel, expected None "
                               "(JAX only; a torch kernel's device is device=)")
@@ -125,7 +126,7 @@ def _run_check(kernel, framework, *, configs, seqs, dtype, regimes, layout, scal
                            seqs=seqs, modes=modes, dtype=dtype, compute_dtype=compute_dtype,
                            layout=layout, scale=scale, seed=seed, regimes=regimes,
                            chunk_size=chunk_size, accumulate_dtype=accumulate_dtype, device=device,
-                           operand_dtype=operand_dtype)
+                           operand_dtype=operand_dtype, dlog_alpha_form=dlog_alpha_form)
     lost = sorted({r["forward_only"] for r in records if r.get("forward_only")})
     if fw == "torch" and lost and "fwd_bwd" in modes:
         warnings.warn(f"{records[0]['impl']}: gradients not checked, forward only: "
@@ -139,7 +140,8 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
                  accumulate_dtype: str | None = None, modes=("fwd_bwd",), seed: int = 0,
                  backend: str | None = None, precision: str = "default",
                  compute_dtype: str | None = None, device: str | None = None,
-                 operand_dtype: str | None = None) -> list[dict[str, Any]]:
+                 operand_dtype: str | None = None,
+                 dlog_alpha_form: str | None = None) -> list[dict[str, Any]]:
     """Assert that ``kernel`` agrees with the float64 oracle; return the records (one per row,
     as :func:`glaref._audit.audit` gives them).
 
@@ -155,8 +157,12 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
         rows are mode "fwd" with ``forward_only`` giving the reason (a warning says so for torch).
     chunk_size: the kernel's chunk length (1 for a step-by-step scan); None (unknown) judges it
         between the two extremes. accumulate_dtype: what a 16-bit kernel accumulates in (None:
-        float32). configs, seqs, regimes, dtype, modes, seed: the engine's; they default to a few
-        seconds' worth of small cases on a CPU.
+        float32). dlog_alpha_form: how the kernel computes dlog_alpha, "identity" (the reverse
+        cumsum of q.dq - k.dk, flash-linear-attention's chunk kernels) or "direct" (a scan,
+        autodiff); None (unknown) judges it as the identity, which errs up to ~40x more under
+        strong decay, so "direct" gives a sharper dlog_alpha check. configs, seqs, regimes,
+        dtype, modes, seed: the engine's; they default to a few seconds' worth of small cases
+        on a CPU.
     backend, precision: JAX only (the device platform; jax's matmul precision, which makes
         float32 "tf32" on an NVIDIA GPU). device, compute_dtype: torch and NumPy only (where
         torch puts the inputs, "cpu" or "cuda"; the arithmetic the errors are measured in, by
@@ -181,7 +187,8 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
                              regimes=regimes, layout=layout, scale=scale, chunk_size=chunk_size,
                              accumulate_dtype=accumulate_dtype, modes=modes, seed=seed,
                              backend=backend, precision=precision, compute_dtype=compute_dtype,
-                             device=device, operand_dtype=operand_dtype)
+                             device=device, operand_dtype=operand_dtype,
+                             dlog_alpha_form=dlog_alpha_form)
     except (AuditUsageError, AuditEnvironmentError) as exc:
         # raised afresh from here, so that a test report shows this one line, not the engine
         raise type(exc)(str(exc)) from None
@@ -372,7 +379,8 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
                            dtype: Any = None, compute_dtype: str | None = None,
                            accumulate_dtype: str | None = None, chunk_size: int | None = None,
                            oracle_impl: str | None = None,
-                           operand_dtype: str | None = None) -> dict[str, Any]:
+                           operand_dtype: str | None = None,
+                           dlog_alpha_form: str | None = None) -> dict[str, Any]:
     """Assert that a kernel's outputs and gradients, computed anywhere, agree with the float64
     oracle on the inputs the kernel received; return the figures (one
     ``glaref._verdict.Assessment`` per judged output: rel_err, ratio, budget_ulps, bound, ...).
@@ -399,8 +407,10 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
     accumulate_dtype: what a 16-bit kernel accumulates and carries its states in (None: float32,
         what production kernels do). chunk_size: the kernel's chunk length (1: step by step;
         None: unknown). operand_dtype: the format the kernel rounds its matrix products'
-        operands to (None: none beyond its inputs' dtype), as :func:`check_kernel`'s. As
-        :func:`check_kernel` and ``glaref audit``.
+        operands to (None: none beyond its inputs' dtype), as :func:`check_kernel`'s.
+        dlog_alpha_form: "identity", "direct" or None (unknown), as :func:`check_kernel`'s
+        (flash-linear-attention's chunk kernels use the identity, its fused_recurrent ones the
+        direct form). As :func:`check_kernel` and ``glaref audit``.
 
     The verdict is the audit's (``glaref._judge``): each output passes when finite, within
     ``calibrated_ratio`` times the error of glaref's same-precision reference kernels on the same
@@ -441,6 +451,8 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
         raise ValueError(f"chunk_size: got {chunk_size!r}, expected a positive integer or None")
     if operand_dtype is not None:
         operand_dtype = _dtype_arg(operand_dtype, "operand_dtype")
+    from ._verdict import check_dlog_alpha_form
+    check_dlog_alpha_form(dlog_alpha_form)
     oracle = oracle_impl or _default_oracle()
     if oracle not in ("numba", "numpy"):
         raise ValueError(f"oracle_impl: got {oracle!r}, expected 'numba', 'numpy' or None")
@@ -449,7 +461,7 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
     final = p.dh_T is not None
     per = _judge.assess_outputs(truth, values, dtypes, final=final, grads=bool(grads),
                                 compute_dtype=cdtype, accumulate_dtype=acc, chunk_size=chunk_size,
-                                operand_dtype=operand_dtype)
+                                operand_dtype=operand_dtype, dlog_alpha_form=dlog_alpha_form)
     _judge.locate_nonfinite(per, values, lay)
     bad = [a for a in per.values() if not a.ok]
     if bad:
@@ -458,8 +470,8 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
         exc = AssertionError(
             f"kernel outputs disagree with the glaref oracle on {len(bad)} of {len(per)} judged "
             f"outputs (dtype {dt}, compute dtype {cdtype}, accumulate_dtype {acc}, operand_dtype "
-            f"{operand_dtype}, chunk_size="
-            f"{chunk_size}; B={d.B} G={d.G} H={d.H} T={d.T} dk={d.dk} dv={d.dv}, scale {sc:.6g}, "
+            f"{operand_dtype}, chunk_size={chunk_size}, dlog_alpha_form={dlog_alpha_form}; "
+            f"B={d.B} G={d.G} H={d.H} T={d.T} dk={d.dk} dv={d.dv}, scale {sc:.6g}, "
             f"layout {lay}):\n{_table(per, worst, skipped, unjudged)}\n"
             + "\n".join(f"  {a.reason}" for a in bad)
             + "\n(x_ref: normwise error over that of glaref's same-precision reference kernels "

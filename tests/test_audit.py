@@ -49,7 +49,8 @@ OUR_ADDITIONS = {"rel_err_out", "max_abs_err", "reference_rel_err", "reference_r
                  "allowed_ratio", "failed_tier", "budget_ulps", "budget_bound", "budget_ulps_direct",
                  "nonfinite", "nonfinite_first_index", "dtype", "compute_dtype", "precision",
                  "layout", "regime", "seed", "scale", "final_state", "chunk_size",
-                 "accumulate_dtype", "gate", "cu_seqlens", "ok", "failures", "verdict", "oracle_ms"}
+                 "accumulate_dtype", "dlog_alpha_form", "gate", "cu_seqlens", "ok", "failures",
+                 "verdict", "oracle_ms"}
 
 
 def _nrel(x, ref):

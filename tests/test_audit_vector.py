@@ -66,12 +66,29 @@ def test_every_vector_zoo_member_passes_with_the_cli_defaults(name):
         truth = _truth(regime, dims)
         assert truth.p.vector_gate
         outs, dtypes = _sensitivity.jax_outputs(fn, truth, "float32")
-        verdicts = _judge.assess_outputs(truth, outs, dtypes, **JUDGE)
-        assert set(verdicts) == set(OUTPUTS)
-        bad = [a.reason for a in verdicts.values() if not a.ok]
-        assert not bad, (name, regime, dims, bad)
+        # with the CLI's defaults, and with the dlog_alpha form the member declares (every vector
+        # zoo member's is the direct form: held to the sharper direct-form references)
+        for form in (None, zoo.dlog_alpha_form(name, "vector")):
+            verdicts = _judge.assess_outputs(truth, outs, dtypes, dlog_alpha_form=form, **JUDGE)
+            assert set(verdicts) == set(OUTPUTS)
+            bad = [a.reason for a in verdicts.values() if not a.ok]
+            assert not bad, (name, form, regime, dims, bad)
         ran += 1
     assert ran == len(_cases())          # quadratic fits every case at these sizes
+
+
+@pytest.mark.parametrize("regime", ["standard", "strong_decay", "large_values", "mixed_dims"])
+def test_dlog_alpha_sensitivity_with_the_direct_form_declared(regime):
+    """glaref.kernels.chunked computes dlog_alpha of vector gates in the direct form; declared
+    so (``dlog_alpha_form="direct"``, chunking unknown, as ``--dlog-alpha-form direct``), the
+    smallest dlog_alpha error the verdict flags is within the sensitivity target of its own. The
+    built-in chunked kernel is judged so by default (``glaref.kernels.dlog_alpha_form``)."""
+    truth = _truth(regime, Dims(*ZOO_CONFIG[:3], ZOO_T, *ZOO_CONFIG[3:]))
+    outs, dtypes = _sensitivity.jax_outputs(VECTOR_ZOO["chunked64"], truth, "float32")
+    for kind in _sensitivity.KINDS:
+        r = _sensitivity.threshold(truth, "log_alpha", outs["log_alpha"], dtypes["log_alpha"], kind,
+                                   dlog_alpha_form="direct", **JUDGE)
+        assert r["clean"] and r["ratio"] <= zoo.SENSITIVITY_TARGET, (regime, kind, r)
 
 
 def tf32_operands(q, k, v, log_alpha, h0):
@@ -113,11 +130,13 @@ def test_engine_vector_gates_and_packed_sequences_records():
     assert [r["impl"] for r in recs] == ["chunked", "scan"]
     for r in recs:
         assert r["ok"], r["failures"]
+        assert r["dlog_alpha_form"] == "direct"      # both built-ins' form with vector gates
         assert (r["gate"], r["cu_seqlens"], r["batch"], r["seq"]) == ("vector", [0, 0, 17, 40], 1, 40)
         assert set(r["budget_bound"]) == set(OUTPUTS)
         assert all(np.isfinite(b) for b in r["budget_bound"].values())   # the proven tier is live
     (r,) = _audit(["chunked"], seqs=[20])                               # the defaults unchanged
     assert (r["gate"], r["cu_seqlens"], r["batch"]) == ("scalar", None, 2)
+    assert r["dlog_alpha_form"] == "identity"          # scalar gates: the chunk-local identity
 
 
 def test_engine_random_packing_draws_offsets_per_length():
@@ -148,6 +167,8 @@ def test_user_kernels_receive_cu_seqlens_and_are_judged_per_sequence():
     (dict(cu_seqlens="0,5,40", seqs=[30]), "seq"),             # T is fixed by the offsets
     (dict(cu_seqlens="0,5,40", regimes="ragged"), "regime"),   # ragged sets its own T
     (dict(cu_seqlens="0,5,40", impls=[f"{KERNELS}:mean_gate"]), "cu_seqlens"),   # no keyword
+    (dict(dlog_alpha_form="autodiff", impls=[f"{KERNELS}:mean_gate"]), "dlog_alpha_form"),
+    (dict(dlog_alpha_form="direct"), "dlog_alpha_form"),       # built-ins carry their own
 ])
 def test_bad_gate_and_packing_arguments_are_usage_errors(kw, what):
     impls = kw.pop("impls", ["scan"])
@@ -191,3 +212,16 @@ def test_cli_exit_2_for_bad_packing(capsys):
     assert code == 2 and "cu_seqlens" in err
     code, _, err = run_cli(capsys, "--gate", "diagonal")
     assert code == 2 and "gate" in err
+
+
+def test_cli_dlog_alpha_form_for_user_kernels(capsys, tmp_path):
+    path = tmp_path / "r.json"
+    code, out, err = run_cli(capsys, "--impl", "glaref.kernels:chunked", "--gate", "vector",
+                             "--regime", "strong_decay", "--seq", "40", "--dlog-alpha-form", "direct",
+                             "--json", str(path))
+    assert code == 0, out + err
+    doc = json.loads(path.read_text())
+    assert doc["config"]["dlog_alpha_form"] == "direct"
+    assert [r["dlog_alpha_form"] for r in doc["results"]] == ["direct"]
+    code, _, err = run_cli(capsys, "--impl", "scan", "--dlog-alpha-form", "direct")
+    assert code == 2 and "--dlog-alpha-form: got 'direct', but it describes user kernels" in err

@@ -152,3 +152,37 @@ def test_packed_sequences_do_not_see_each_other():
         assert np.array_equal(a["o"][:, :, 15:], b["o"][:, :, 15:])
         assert np.array_equal(a["h_T"][1], b["h_T"][1])
         assert not np.array_equal(a["o"][:, :, :15], b["o"][:, :, :15])
+
+
+@pytest.mark.parametrize("gate, regime", [("scalar", "standard"), ("scalar", "strong_decay"),
+                                          ("vector", "standard"), ("vector", "strong_decay"),
+                                          ("vector", "mixed_dims")])
+def test_direct_form_dlog_alpha_of_the_chunked_reference(gate, regime):
+    """``log_alpha_direct``: the chunk-local identity with its cancelling pairs removed. It is the
+    same function (float64 arithmetic: float64 rounding only; packed: the same per sequence), a
+    correct kernel's in float32 (within the proven bound on the direct form's scale), and it
+    does not cancel: under strong decay it errs less than the identity. The scan's dlog_alpha
+    is its own direct form."""
+    p = _problem(regime, gate=gate)
+    ref = _oracle(p)["log_alpha"]
+    sep = tol("arith_separator_f32_f64")
+    r64 = _baseline.run("chunked", p, SCALE, arith="float64", chunk=CHUNK)
+    assert rel_err(r64["log_alpha_direct"], ref) < sep
+    r32 = _baseline.run("chunked", p, SCALE, arith="float32", chunk=CHUNK)
+    scales = _budget.problem_scales(p, SCALE)
+    dims, la = _budget.budget_view(p)
+    ulps = _budget.budget_ulps("log_alpha", r32["log_alpha_direct"], ref, scales["log_alpha"],
+                               "float32", dims)[0]
+    assert ulps <= _verdict.budget_bound("log_alpha", "float32", dims, CHUNK, log_alpha=la)
+    direct, identity = rel_err(r32["log_alpha_direct"], ref), rel_err(r32["log_alpha"], ref)
+    assert direct > sep                     # float32's rounding errors, made
+    if regime == "strong_decay":
+        assert direct < identity, (gate, direct, identity)
+    scan = _baseline.run("scan", p, SCALE, arith="float32")
+    assert np.array_equal(scan["log_alpha_direct"], scan["log_alpha"])
+    packed = _problem(regime, replace_T(DIMS, PACKED[-1]), gate=gate, cu=PACKED)
+    whole = _baseline.run("chunked", packed, SCALE, arith="float32", chunk=CHUNK)
+    for n, (t0, t1) in enumerate(zip(PACKED[:-1], PACKED[1:])):
+        one = _baseline.run("chunked", _sequence(packed, n, t0, t1), SCALE, arith="float32",
+                            chunk=CHUNK)
+        assert np.array_equal(whole["log_alpha_direct"][:, :, t0:t1], one["log_alpha_direct"])

@@ -136,8 +136,8 @@ def test_a_gate_one_step_late_fails_every_output_with_its_figures():
     msg = str(info.value)
     assert msg.startswith("kernel outputs disagree with the glaref oracle on 7 of 7 judged outputs "
                           "(dtype float32, compute dtype float32, accumulate_dtype None, "
-                          "operand_dtype None, chunk_size=None; B=2 G=4 H=4 T=130 dk=64 dv=32, scale 0.125, "
-                          "layout bhtd)"), msg
+                          "operand_dtype None, chunk_size=None, dlog_alpha_form=None; B=2 G=4 H=4 "
+                          "T=130 dk=64 dv=32, scale 0.125, layout bhtd)"), msg
     rows = _rows(msg)
     assert set(rows) == {"o", "h_T", "dq", "dk", "dv", "dlog_alpha", "dh0"}
     for cells in rows.values():

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .. import _budget, _judge, _metrics, _problems
+from .. import _budget, _judge, _metrics, _problems, _verdict
 from .._errors import AuditUsageError, GlarefError, NonFiniteError
 from .._inputs import (
     _KIND,
@@ -407,6 +407,7 @@ class _Run:
                 "layout": self.layout, "regime": regime, "seed": self.seed, "scale": self.scale,
                 "final_state": final, "chunk_size": subject.chunk_size,
                 "accumulate_dtype": _accumulate(subject, self.cdtype),
+                "dlog_alpha_form": subject.dlog_alpha_form,
                 "gate": "vector" if p is not None and p.vector_gate else "scalar",
                 "cu_seqlens": cu}
 
@@ -464,7 +465,8 @@ class _Run:
         per = _judge.assess_outputs(
             truth, canonical, {n: _dtype_name(x.dtype) for n, x in arrays.items()}, final=bool(final),
             grads=mode == "fwd_bwd", compute_dtype=self.cdtype,
-            accumulate_dtype=_accumulate(subject, self.cdtype), chunk_size=subject.chunk_size)
+            accumulate_dtype=_accumulate(subject, self.cdtype), chunk_size=subject.chunk_size,
+            dlog_alpha_form=subject.dlog_alpha_form)
         rec.update({k: measured.get(k) for k in _timing.FIELDS})
         if mode == "fwd_bwd":
             rec["residual_mb"] = measured["residual_mb"]
@@ -581,7 +583,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
           layout: str = "bhtd", scale: float = 1.0, repeats: int | None = None, seed: int = 0,
           regimes="standard", json_path=None, oracle_impl: str | None = None,
           chunk_size: int | None = None, accumulate_dtype: str | None = None,
-          gate: str = "scalar", cu_seqlens=None,
+          dlog_alpha_form: str | None = None, gate: str = "scalar", cu_seqlens=None,
           on_record: Callable[[dict], None] | None = None,
           progress: Callable[[str], None] | None = None,
           memory_guard: bool = True) -> list[dict[str, Any]]:
@@ -608,7 +610,12 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     None: float32, what production kernels do; pass the input dtype itself, e.g. "bfloat16",
     for a kernel that rounds everything to it, whose bound is then usually infinite, so only
     non-finite values fail). Built-in kernels carry their own (chunked: 64, scan: 1, both
-    accumulating in float32).
+    accumulating in float32). ``dlog_alpha_form``: how a user kernel computes dlog_alpha,
+    "identity" (the reverse-cumsum identity of flash-linear-attention's chunk kernels) or
+    "direct" (the genuine terms of alpha_t <S_{t-1}, G_t>: a scan, autodiff of segment sums);
+    None: unknown, judged against the identity's references, which err more (up to ~40x under
+    strong decay), so that a kernel of either form passes; "direct" holds dlog_alpha to the
+    direct form's references (``glaref._verdict.reference_key``).
 
     gate: "scalar" (log_alpha (B, H, T)) or "vector" (GLA's per-key-dimension gates, log_alpha
     (B, H, T, dk), drawn by every regime per dimension; ``mixed_dims`` mixes near-one, standard
@@ -634,7 +641,11 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
         oracle_impl=oracle_impl)
     _choices("precision", precision, _metrics.PRECISIONS)
     reps = pre.repeats if repeats is None else _integer("repeats", repeats, 0)
-    _check_user_options(impl_list, chunk_size, accumulate_dtype)
+    try:
+        _verdict.check_dlog_alpha_form(dlog_alpha_form)
+    except ValueError as exc:
+        raise AuditUsageError(str(exc)) from None
+    _check_user_options(impl_list, chunk_size, accumulate_dtype, dlog_alpha_form)
     if backend is not None and not isinstance(backend, str):
         raise AuditUsageError(f"backend: got {backend!r}, expected a platform name such as "
                               "'cpu' or 'gpu', or None")
@@ -651,6 +662,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     with x64, jax.default_device(device):
         subjects = [resolve(i, layout=layout, precision=precision, scale=scale,
                             chunk_size=chunk_size, accumulate_dtype=accumulate_dtype,
+                            dlog_alpha_form=dlog_alpha_form, gate=gate,
                             packed=packing is not None)
                     for i in impl_list]
         run = _Run(device=device, dtype=dtype, precision=precision, layout=layout, scale=scale,
@@ -662,7 +674,8 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
                        "modes": mode_list, "dtype": dtype, "precision": precision, "layout": layout,
                        "scale": scale, "seed": seed, "regimes": regime_list, "oracle": oracle,
                        "preset": preset, "chunk_size": chunk_size,
-                       "accumulate_dtype": accumulate_dtype, "gate": gate,
+                       "accumulate_dtype": accumulate_dtype,
+                       "dlog_alpha_form": dlog_alpha_form, "gate": gate,
                        "cu_seqlens": (None if packing is None else f"{RANDOM_PACKING}{packing}"
                                       if isinstance(packing, int) else packing.tolist())},
         }
@@ -683,14 +696,16 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     return sink.records
 
 
-def _check_user_options(impl_list: list, chunk_size, accumulate_dtype) -> None:
-    """chunk_size and accumulate_dtype describe user kernels (built-ins carry their own): refuse
-    them when every kernel is built in, where they would apply to nothing."""
-    if chunk_size is None and accumulate_dtype is None:
+def _check_user_options(impl_list: list, chunk_size, accumulate_dtype,
+                        dlog_alpha_form=None) -> None:
+    """chunk_size, accumulate_dtype and dlog_alpha_form describe user kernels (built-ins carry
+    their own): refuse them when every kernel is built in, where they would apply to nothing."""
+    given = {n: v for n, v in (("chunk_size", chunk_size), ("accumulate_dtype", accumulate_dtype),
+                               ("dlog_alpha_form", dlog_alpha_form)) if v is not None}
+    if not given:
         return
     if all(isinstance(i, str) and i in BUILTIN_IMPLS for i in impl_list):
-        given = "chunk_size" if chunk_size is not None else "accumulate_dtype"
-        value = chunk_size if chunk_size is not None else accumulate_dtype
+        given, value = next(iter(given.items()))
         raise AuditUsageError(
             f"{given}: got {value!r}, but it describes user kernels and every kernel here is "
             f"built in ({', '.join(impl_list)}); built-in kernels carry their own")
@@ -752,7 +767,8 @@ def _framework_row(kernel: Callable, name: str, framework: str, mode: str, cname
                    regime: str, truth: _judge.Truth, *, dtype: str, cdtype: str, layout: str,
                    scale: float, seed: int, chunk_size: int | None, acc: str | None,
                    device: str | None, detected: bool, oracle_impl: str,
-                   operand_dtype: str | None = None) -> dict[str, Any]:
+                   operand_dtype: str | None = None,
+                   dlog_alpha_form: str | None = None) -> dict[str, Any]:
     """One row of a kernel run by ``glaref._frameworks.run_kernel`` on ``truth``'s problem."""
     from .._frameworks import run_kernel
 
@@ -764,7 +780,8 @@ def _framework_row(kernel: Callable, name: str, framework: str, mode: str, cname
     params = {"dtype": dtype, "compute_dtype": cdtype, "precision": None, "layout": layout,
               "regime": regime, "seed": seed, "scale": scale, "final_state": run.final_state,
               "chunk_size": chunk_size, "accumulate_dtype": acc, "operand_dtype": operand_dtype,
-              "framework": framework, "gate": "vector" if truth.p.vector_gate else "scalar",
+              "dlog_alpha_form": dlog_alpha_form, "framework": framework,
+              "gate": "vector" if truth.p.vector_gate else "scalar",
               "cu_seqlens": None if truth.p.cu_seqlens is None else [int(c) for c in truth.p.cu_seqlens]}
     problem = None
     if run.error is not None:
@@ -799,7 +816,7 @@ def _framework_row(kernel: Callable, name: str, framework: str, mode: str, cname
     final = bool(run.final_state)
     per = _judge.assess_outputs(truth, values, dtypes, final=final, grads=run.grads is not None,
                                 compute_dtype=cdtype, accumulate_dtype=acc, chunk_size=chunk_size,
-                                operand_dtype=operand_dtype)
+                                operand_dtype=operand_dtype, dlog_alpha_form=dlog_alpha_form)
     rec.update(dict.fromkeys(_timing.FIELDS))
     if rec["mode"] == "fwd_bwd":
         rec["residual_mb"] = None
@@ -812,8 +829,8 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
                  layout: str = "bhtd", scale: float = 1.0, seed: int = 0, regimes="standard",
                  chunk_size: int | None = None, accumulate_dtype: str | None = None,
                  device: str | None = None, oracle_impl: str | None = None,
-                 memory_guard: bool = True,
-                 operand_dtype: str | None = None) -> list[dict[str, Any]]:
+                 memory_guard: bool = True, operand_dtype: str | None = None,
+                 dlog_alpha_form: str | None = None) -> list[dict[str, Any]]:
     """Accuracy rows of one torch or NumPy kernel (``framework``), one record per row.
 
     The rows, problems (``glaref._problems``: regime inputs rounded to ``dtype``), oracle
@@ -826,7 +843,8 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
     itself, "tf32" for float32 inputs multiplied as TF32 (a Triton ``tl.dot`` on an NVIDIA GPU,
     or torch with ``allow_tf32``). device: where a torch kernel's inputs go ("cpu" by default,
     "cuda"). operand_dtype: the format the kernel rounds its matrix products' operands to beyond
-    ``dtype`` (None: none; ``_verdict.reference_arithmetic``). detected: the framework was
+    ``dtype`` (None: none; ``_verdict.reference_arithmetic``). dlog_alpha_form: as for
+    :func:`audit`. detected: the framework was
     guessed from the kernel's code, so a kernel returning another framework's arrays fails with
     a message saying which ``framework=`` to pass.
 
@@ -857,6 +875,10 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
     acc = _judge.accumulate_for(accumulate_dtype, cdtype)
     if operand_dtype is not None:
         _choices("operand_dtype", operand_dtype, _metrics.COMPUTE_DTYPES)
+    try:
+        _verdict.check_dlog_alpha_form(dlog_alpha_form)
+    except ValueError as exc:
+        raise AuditUsageError(str(exc)) from None
     if framework == "numpy":     # forward only: one "fwd" row where fwd_bwd was asked for
         mode_list = list(dict.fromkeys("fwd" for _ in mode_list))
     name = getattr(kernel, "__qualname__", None) or getattr(kernel, "__name__", None) or repr(kernel)
@@ -874,6 +896,7 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
                                 "regime": regime, "seed": seed, "scale": scale,
                                 "final_state": None, "chunk_size": chunk_size,
                                 "accumulate_dtype": acc, "operand_dtype": operand_dtype,
+                                "dlog_alpha_form": dlog_alpha_form,
                                 "framework": framework, "ok": None})
             continue
         truth = _judge.Truth(_problems.make_problem(regime, dims, seed, dtype), scale, oracle)
@@ -884,7 +907,7 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
                                      dtype=dtype, cdtype=cdtype, layout=layout, scale=scale,
                                      seed=seed, chunk_size=chunk_size, acc=acc, device=device,
                                      detected=detected, oracle_impl=oracle,
-                                     operand_dtype=operand_dtype)
+                                     operand_dtype=operand_dtype, dlog_alpha_form=dlog_alpha_form)
                 if framework == "numpy":
                     rec["forward_only"] = "NumPy has no automatic differentiation: forward only"
                 records.append(rec)

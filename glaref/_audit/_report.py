@@ -29,8 +29,8 @@ RECORD_ADDITIONS = (
     "rel_err_out", "max_abs_err", "reference_rel_err", "reference_ratio", "allowed_ratio",
     "budget_ulps", "budget_bound", "budget_ulps_direct", "nonfinite", "nonfinite_first_index",
     "dtype", "compute_dtype", "precision", "layout", "regime", "seed", "scale", "final_state",
-    "chunk_size", "accumulate_dtype", "gate", "cu_seqlens", "ok", "failed_tier", "failures",
-    "verdict", "oracle_ms",
+    "chunk_size", "accumulate_dtype", "dlog_alpha_form", "gate", "cu_seqlens", "ok", "failed_tier",
+    "failures", "verdict", "oracle_ms",
 )
 
 ERR_COLUMNS = OUTPUTS

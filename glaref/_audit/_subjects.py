@@ -14,6 +14,10 @@ float32 accumulation for narrower inputs (glaref.kernels docstring), so they are
 ``accumulate_dtype="float32"``. A user kernel is judged with the ``chunk_size`` and
 ``accumulate_dtype`` the caller gives (``--chunk-size``, ``--accumulate-dtype``), by default None:
 unknown chunking, and float32 accumulation for narrower inputs (``glaref._judge.DEFAULT_ACCUMULATE``).
+How a kernel computes dlog_alpha (``--dlog-alpha-form``): the built-in chunked kernel uses the
+reverse-cumsum identity with scalar gates and the direct form with vector gates, the scan the
+direct form (``glaref.kernels.dlog_alpha_form``); a user kernel's is unknown unless given, and is
+then judged as the identity (the less accurate form, so that either passes).
 
 Vector gates need nothing of a kernel's signature: log_alpha simply has rank 4. Packed sequences
 (the audit's ``cu_seqlens``) do: a kernel is given the offsets as the keyword ``cu_seqlens`` (a
@@ -46,6 +50,8 @@ class Subject:
     # the dtype the kernel promises to accumulate and carry states in when its inputs are narrower
     # (glaref._verdict, decision 5); None: every operation may round to the compute dtype
     accumulate_dtype: str | None = None
+    # how it computes dlog_alpha (glaref._verdict.DLOG_ALPHA_FORMS); None: unknown
+    dlog_alpha_form: str | None = None
 
 
 def _accepts(fn: Callable, name: str) -> bool:
@@ -63,7 +69,7 @@ def _precision_arg(precision: str):
     return getattr(jax.lax.Precision, precision.upper())
 
 
-def _builtin(name: str, layout: str, precision: str, scale: float) -> Subject:
+def _builtin(name: str, layout: str, precision: str, scale: float, gate: str) -> Subject:
     try:
         from .. import kernels
     except ImportError as exc:
@@ -74,7 +80,8 @@ def _builtin(name: str, layout: str, precision: str, scale: float) -> Subject:
           "scale": scale}
     chunk = inspect.signature(fn).parameters.get("chunk_size")
     chunk_size = chunk.default if chunk is not None else 1
-    return Subject(name, functools.partial(fn, **kw), chunk_size, "float32")
+    return Subject(name, functools.partial(fn, **kw), chunk_size, "float32",
+                   kernels.dlog_alpha_form(name, gate))
 
 
 def _load_file(path: str):
@@ -112,7 +119,7 @@ def _raised(exc: BaseException) -> str:
 
 
 def _user(spec: str, layout: str, scale: float, chunk_size: int | None,
-          accumulate_dtype: str | None) -> Subject:
+          accumulate_dtype: str | None, dlog_alpha_form: str | None) -> Subject:
     if ":" not in spec:
         raise AuditUsageError(f"impl: got {spec!r}, expected one of {BUILTIN_IMPLS}, "
                               "package.module:function or path/to/file.py:function")
@@ -137,16 +144,19 @@ def _user(spec: str, layout: str, scale: float, chunk_size: int | None,
                               "expected a callable")
     if _accepts(fn, "scale"):
         fn = functools.partial(fn, scale=scale)
-    return Subject(spec, fn, chunk_size, accumulate_dtype)
+    return Subject(spec, fn, chunk_size, accumulate_dtype, dlog_alpha_form)
 
 
 def resolve(impl, *, layout: str, precision: str, scale: float, chunk_size: int | None = None,
-            accumulate_dtype: str | None = None, packed: bool = False) -> Subject:
+            accumulate_dtype: str | None = None, dlog_alpha_form: str | None = None,
+            gate: str = "scalar", packed: bool = False) -> Subject:
     """A Subject from a built-in name, a 'module:function' / 'file.py:function' spec or a callable.
-    ``chunk_size`` and ``accumulate_dtype`` describe user kernels (built-ins carry their own).
+    ``chunk_size``, ``accumulate_dtype`` and ``dlog_alpha_form`` describe user kernels (built-ins
+    carry their own, which for dlog_alpha_form depends on the ``gate`` kind).
     ``packed``: the audit runs packed sequences, so the kernel must take ``cu_seqlens``."""
     subject = _resolve(impl, layout=layout, precision=precision, scale=scale,
-                       chunk_size=chunk_size, accumulate_dtype=accumulate_dtype)
+                       chunk_size=chunk_size, accumulate_dtype=accumulate_dtype,
+                       dlog_alpha_form=dlog_alpha_form, gate=gate)
     if packed and not _accepts(subject.fn, "cu_seqlens"):
         raise AuditUsageError(f"impl {subject.name!r}: packed sequences are given to a kernel as "
                               "the keyword cu_seqlens=, which its signature does not take")
@@ -154,15 +164,15 @@ def resolve(impl, *, layout: str, precision: str, scale: float, chunk_size: int 
 
 
 def _resolve(impl, *, layout: str, precision: str, scale: float, chunk_size: int | None,
-             accumulate_dtype: str | None) -> Subject:
+             accumulate_dtype: str | None, dlog_alpha_form: str | None, gate: str) -> Subject:
     if isinstance(impl, Subject):
         return impl
     if callable(impl):
         fn = functools.partial(impl, scale=scale) if _accepts(impl, "scale") else impl
         name = getattr(impl, "__qualname__", None) or getattr(impl, "__name__", None) or repr(impl)
-        return Subject(name, fn, chunk_size, accumulate_dtype)
+        return Subject(name, fn, chunk_size, accumulate_dtype, dlog_alpha_form)
     if not isinstance(impl, str) or not impl:
         raise AuditUsageError(f"impl: got {impl!r}, expected a kernel name, spec or callable")
     if impl in BUILTIN_IMPLS:
-        return _builtin(impl, layout, precision, scale)
-    return _user(impl, layout, scale, chunk_size, accumulate_dtype)
+        return _builtin(impl, layout, precision, scale, gate)
+    return _user(impl, layout, scale, chunk_size, accumulate_dtype, dlog_alpha_form)

@@ -36,6 +36,11 @@ Precision. ``precision`` (None, "default", "high", "highest" or a ``jax.lax.Prec
 passed to every matmul and einsum. None means JAX's default: full float32 on CPU, but on NVIDIA
 GPUs (Ampere and later) float32 matmuls then run as TF32 (10-bit mantissa, unit roundoff 2**-11
 instead of 2**-24); pass ``precision="highest"`` for true float32 there.
+
+dlog_alpha. ``chunked`` with scalar gates computes it by the chunk-local reverse-cumsum identity
+(as flash-linear-attention's chunk kernels do); with vector gates by the per-chunk vjp of the
+chunk function, the direct form; ``scan`` by JAX autodiff of the recurrence, the direct form.
+The audit judges each against references of its own form (``dlog_alpha_form``).
 """
 
 from __future__ import annotations
@@ -43,4 +48,14 @@ from __future__ import annotations
 from ._chunked import chunked
 from ._scan import scan
 
-__all__ = ["chunked", "scan"]
+__all__ = ["chunked", "dlog_alpha_form", "scan"]
+
+
+def dlog_alpha_form(name: str, gate: str = "scalar") -> str:
+    """How built-in kernel ``name`` ("chunked" or "scan") computes dlog_alpha with ``gate``
+    ("scalar" or "vector") gates: "identity" or "direct" (glaref._verdict.DLOG_ALPHA_FORMS)."""
+    if name not in __all__ or name == "dlog_alpha_form":
+        raise ValueError(f"name: got {name!r}, expected 'chunked' or 'scan'")
+    if gate not in ("scalar", "vector"):
+        raise ValueError(f"gate: got {gate!r}, expected 'scalar' or 'vector'")
+    return "identity" if name == "chunked" and gate == "scalar" else "direct"
