@@ -52,7 +52,8 @@ def _describe(rec: dict[str, Any]) -> str:
     """One failing row: where it ran, then each failing output's figures (or why nothing ran)."""
     where = (f"{rec['impl']} {rec['mode']} config {rec['config']} "
              f"(B={rec['batch']} G={rec['groups']} H={rec['heads']} dk={rec['dk']} dv={rec['dv']}) "
-             f"T={rec['seq']} regime {rec.get('regime')}")
+             f"T={rec['seq']} regime {rec.get('regime')}"
+             + (f" gate {rec['gate']}" if rec.get("gate", "scalar") != "scalar" else ""))
     if "skipped" in rec:
         return f"{where}: kernel not measured: {rec['skipped']}"
     only = f" (forward only: {rec['forward_only']})" if rec.get("forward_only") else ""
@@ -97,7 +98,7 @@ def _framework(kernel: Any, framework: str | None) -> str:
 
 def _run_check(kernel, framework, *, configs, seqs, dtype, regimes, layout, scale, chunk_size,
                accumulate_dtype, modes, seed, backend, precision, compute_dtype, device,
-               operand_dtype=None, dlog_alpha_form=None):
+               operand_dtype=None, dlog_alpha_form=None, gate="scalar"):
     """check_kernel's rows: JAX kernels through the audit engine, torch/NumPy ones through
     ``audit_kernel``."""
     from ._audit import AuditUsageError
@@ -114,7 +115,7 @@ def _run_check(kernel, framework, *, configs, seqs, dtype, regimes, layout, scal
         return audit([kernel], configs, seqs, modes, dtype=dtype, precision=precision,
                      backend=backend, layout=layout, scale=scale, repeats=0, seed=seed,
                      regimes=regimes, chunk_size=chunk_size, accumulate_dtype=accumulate_dtype,
-                     dlog_alpha_form=dlog_alpha_form)
+                     dlog_alpha_form=dlog_alpha_form, gate=gate)
     if backend is not None:
         raise AuditUsageError(f"backend: got {backend!r} for a {fw} kernel, expected None "
                               "(JAX only; a torch kernel's device is device=)")
@@ -126,7 +127,8 @@ def _run_check(kernel, framework, *, configs, seqs, dtype, regimes, layout, scal
                            seqs=seqs, modes=modes, dtype=dtype, compute_dtype=compute_dtype,
                            layout=layout, scale=scale, seed=seed, regimes=regimes,
                            chunk_size=chunk_size, accumulate_dtype=accumulate_dtype, device=device,
-                           operand_dtype=operand_dtype, dlog_alpha_form=dlog_alpha_form)
+                           operand_dtype=operand_dtype, dlog_alpha_form=dlog_alpha_form,
+                           gate=gate)
     lost = sorted({r["forward_only"] for r in records if r.get("forward_only")})
     if fw == "torch" and lost and "fwd_bwd" in modes:
         warnings.warn(f"{records[0]['impl']}: gradients not checked, forward only: "
@@ -140,8 +142,8 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
                  accumulate_dtype: str | None = None, modes=("fwd_bwd",), seed: int = 0,
                  backend: str | None = None, precision: str = "default",
                  compute_dtype: str | None = None, device: str | None = None,
-                 operand_dtype: str | None = None,
-                 dlog_alpha_form: str | None = None) -> list[dict[str, Any]]:
+                 operand_dtype: str | None = None, dlog_alpha_form: str | None = None,
+                 gate: str = "scalar") -> list[dict[str, Any]]:
     """Assert that ``kernel`` agrees with the float64 oracle; return the records (one per row,
     as :func:`glaref._audit.audit` gives them).
 
@@ -160,7 +162,9 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
         float32). dlog_alpha_form: how the kernel computes dlog_alpha, "identity" (the reverse
         cumsum of q.dq - k.dk, flash-linear-attention's chunk kernels) or "direct" (a scan,
         autodiff); None (unknown) judges it as the identity, which errs up to ~40x more under
-        strong decay, so "direct" gives a sharper dlog_alpha check. configs, seqs, regimes,
+        strong decay, so "direct" gives a sharper dlog_alpha check. gate: "scalar" (log_alpha
+        (B, H, T)) or "vector" (GLA's per-key-dimension gates, log_alpha (B, H, T, dk); the
+        kernel returns dlog_alpha of that shape). configs, seqs, regimes,
         dtype, modes, seed: the engine's; they default to a few seconds' worth of small cases
         on a CPU.
     backend, precision: JAX only (the device platform; jax's matmul precision, which makes
@@ -188,7 +192,7 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
                              accumulate_dtype=accumulate_dtype, modes=modes, seed=seed,
                              backend=backend, precision=precision, compute_dtype=compute_dtype,
                              device=device, operand_dtype=operand_dtype,
-                             dlog_alpha_form=dlog_alpha_form)
+                             dlog_alpha_form=dlog_alpha_form, gate=gate)
     except (AuditUsageError, AuditEnvironmentError) as exc:
         # raised afresh from here, so that a test report shows this one line, not the engine
         raise type(exc)(str(exc)) from None

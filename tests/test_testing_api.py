@@ -262,3 +262,39 @@ def test_numpy_kernels_of_a_wrong_kind_fail_the_same_way(kind, why):
     with pytest.raises(AssertionError) as info:
         check_kernel(_numpy_kernel(kind), framework="numpy", seqs=[5], modes=["fwd"], chunk_size=1)
     assert f"T=5 regime standard: kernel not measured: {why}" in str(info.value), str(info.value)
+
+
+def _torch_vector_scan(mean_gate: bool):
+    """A float32 torch kernel of vector gates, step by step (direct-form dlog_alpha through
+    autograd); ``mean_gate`` decays every key dimension by the mean of its gates (a bug)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'glaref[field]')")
+
+    def kernel(q, k, v, log_alpha, h0, scale=1.0):
+        G, H = q.shape[1], v.shape[1]
+        q, k = (x.repeat_interleave(H // G, dim=1) for x in (q, k))
+        if mean_gate:
+            log_alpha = log_alpha.mean(-1, keepdim=True).expand_as(log_alpha)
+        S, outs = h0, []
+        for t in range(q.shape[2]):
+            S = S * torch.exp(log_alpha[:, :, t])[..., None] + k[:, :, t, :, None] * v[:, :, t, None, :]
+            outs.append(scale * (q[:, :, t, :, None] * S).sum(-2))
+        return torch.stack(outs, 2), S
+
+    kernel.__name__ = "mean_gate_scan" if mean_gate else "vector_scan"
+    return kernel
+
+
+def test_torch_kernels_of_vector_gates_are_checked_with_their_dlog_alpha_form():
+    recs = check_kernel(_torch_vector_scan(False), framework="torch", gate="vector", seqs=[40],
+                        regimes="standard,strong_decay", dlog_alpha_form="direct")
+    assert len(recs) == 2 and all(r["ok"] for r in recs)
+    assert all((r["gate"], r["dlog_alpha_form"], r["mode"]) == ("vector", "direct", "fwd_bwd")
+               for r in recs)
+    with pytest.raises(AssertionError) as info:
+        check_kernel(_torch_vector_scan(True), framework="torch", gate="vector", seqs=[40])
+    assert "T=40 regime standard gate vector: FAIL" in str(info.value), str(info.value)
+    assert "\n  log_alpha (gradient): " in str(info.value)
+    with pytest.raises(glaref.AuditUsageError, match="gate: got 'diagonal'"):
+        check_kernel(_torch_vector_scan(False), framework="torch", gate="diagonal", seqs=[40])
+    with pytest.raises(glaref.AuditUsageError, match="dlog_alpha_form: got 'exact'"):
+        check_kernel(_torch_vector_scan(False), framework="torch", dlog_alpha_form="exact", seqs=[40])

@@ -830,7 +830,7 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
                  chunk_size: int | None = None, accumulate_dtype: str | None = None,
                  device: str | None = None, oracle_impl: str | None = None,
                  memory_guard: bool = True, operand_dtype: str | None = None,
-                 dlog_alpha_form: str | None = None) -> list[dict[str, Any]]:
+                 dlog_alpha_form: str | None = None, gate: str = "scalar") -> list[dict[str, Any]]:
     """Accuracy rows of one torch or NumPy kernel (``framework``), one record per row.
 
     The rows, problems (``glaref._problems``: regime inputs rounded to ``dtype``), oracle
@@ -844,7 +844,8 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
     or torch with ``allow_tf32``). device: where a torch kernel's inputs go ("cpu" by default,
     "cuda"). operand_dtype: the format the kernel rounds its matrix products' operands to beyond
     ``dtype`` (None: none; ``_verdict.reference_arithmetic``). dlog_alpha_form: as for
-    :func:`audit`. detected: the framework was
+    :func:`audit`. gate: "scalar" or "vector" (log_alpha (B, H, T, dk), as :func:`audit`'s).
+    detected: the framework was
     guessed from the kernel's code, so a kernel returning another framework's arrays fails with
     a message saying which ``framework=`` to pass.
 
@@ -879,10 +880,11 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
         _verdict.check_dlog_alpha_form(dlog_alpha_form)
     except ValueError as exc:
         raise AuditUsageError(str(exc)) from None
+    gate = _gate(gate)
     if framework == "numpy":     # forward only: one "fwd" row where fwd_bwd was asked for
         mode_list = list(dict.fromkeys("fwd" for _ in mode_list))
     name = getattr(kernel, "__qualname__", None) or getattr(kernel, "__name__", None) or repr(kernel)
-    _warm_oracle(oracle)
+    _warm_oracle(oracle, gate)
     records: list[dict[str, Any]] = []
     host = _device.host_available_bytes() if memory_guard else None
     for regime, cname, dims in _problems.plan(regime_list, cfgs, seq_list):
@@ -899,7 +901,8 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
                                 "dlog_alpha_form": dlog_alpha_form,
                                 "framework": framework, "ok": None})
             continue
-        truth = _judge.Truth(_problems.make_problem(regime, dims, seed, dtype), scale, oracle)
+        truth = _judge.Truth(_problems.make_problem(regime, dims, seed, dtype, gate=gate), scale,
+                             oracle)
         try:
             truth.forward()
             for mode in mode_list:
