@@ -19,7 +19,9 @@ audit, glaref's own JAX kernels included.
              handed from chunk to chunk; dlog_alpha by the reverse-cumsum *identity*, chunk-local:
              dlog_alpha_t = sum_{t <= s < end of chunk} (q_s . dq_s - k_s . dk_s)
                             + <S_{n+1}, dS_{n+1}>,
-             which cancels heavily under strong decay (docs/math.md, section 4).
+             which cancels heavily under strong decay (docs/math.md, section 4), and again
+             in the direct form from the same products, the identity with its cancelling pairs
+             removed (``_direct_dla``, docs/math.md section 4.3), for kernels that declare it.
 
 Vector gates (log_alpha (B, H, T, dk), docs/math.md section 9): the scan decays row i of the
 state by alpha_t[i] (S_t = diag(alpha_t) S_{t-1} + k_t^T v_t) and takes dlog_alpha_t[i] =
@@ -322,7 +324,8 @@ def run(kernel: str, p, scale: float, *, arith: str = "float32", operand: str | 
     chunks of ``chunk`` steps) on canonical problem ``p`` (``_inputs.Problem``; with ``grads`` its
     ``do`` is required and ``dh_T=None`` means zero). Returns float64 arrays under glaref's
     output names: o, h_T and, with ``grads``, q, k, v, log_alpha, h0 (dq, dk summed over each
-    group's heads, in head order).
+    group's heads, in head order), plus ``log_alpha_direct``: dlog_alpha in the direct form (the
+    chunked kernel's identity without its cancelling pairs; the scan's own dlog_alpha).
 
     Vector gates (log_alpha (B, H, T, dk)) run the kernels' per-dimension forms
     (``_chunked_vector``, the scan's ``*_vector``). Packed sequences (``p.cu_seqlens``, B = 1) run

@@ -40,6 +40,9 @@ Vector gates (log_alpha (B, H, T, dk), ``vector_zoo()``): the members that take 
                               matrix per key dimension (segment sums by ssd_minimal's masked
                               cumulative sum), JAX autodiff; memory (T + 1)^2 dk per head, so
                               callers keep it to small T (``quadratic_fits``)
+    chunked_identity          ``chunked_identity_vector``: glaref.kernels.chunked with dlog_alpha
+                              by the chunk-local identity from its own rounded per-head dq, dk,
+                              as flash-linear-attention's chunk_gla computes it (C = 64)
 """
 
 from __future__ import annotations
@@ -175,6 +178,78 @@ def chunked_direct(q, k, v, log_alpha, h0, C: int = 32):
     return o.astype(out_dtype), h_T
 
 
+def chunked_identity_vector(q, k, v, log_alpha, h0, C: int = 64):
+    """Vector gates, dlog_alpha by the chunk-local identity as flash-linear-attention's chunk_gla
+    backward forms it (fla/ops/gla/chunk.py: q * dq - k * dk from the *rounded* per-head
+    gradients, a reverse cumulative sum inside each chunk, plus the row sums of S_{n+1} * dS_{n+1}
+    at the chunk's end). Forward, dq, dk, dv and dh0: glaref.kernels.chunked (per-head dq, dk from
+    q and k repeated to one group per head, then summed over each group's heads). The chunk
+    states S_{n+1} and state cotangents dS_{n+1} are formed here in float32, chunk by chunk, with
+    every decay exp of a sum over its own segment (inclusive prefix sums b, exclusive suffix sums
+    for b_last - b_j, never a difference)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from glaref import kernels
+
+    dtypes = [x.dtype for x in (q, k, v, log_alpha, h0)]
+    run = functools.partial(kernels.chunked, chunk_size=C, return_final_state=True)
+
+    @jax.custom_vjp
+    def f(q, k, v, la, h0):
+        return run(q, k, v, la, h0)
+
+    def fwd(q, k, v, la, h0):
+        return run(q, k, v, la, h0), (q, k, v, la, h0)
+
+    def bwd(res, cts):
+        q, k, v, la, h0 = _float32(*res)
+        do, dh_T = (x.astype(jnp.float32) for x in cts)
+        B, G, T, dk = q.shape
+        H = v.shape[1]
+        qh, kh = (jnp.repeat(x, H // G, axis=1) for x in (q, k))
+        _, pull = jax.vjp(run, qh, kh, v, la, h0)
+        dqh, dkh, dv_, _, dh0 = pull((do, dh_T))
+        N = max(1, -(-T // C))
+
+        def chunks(x):            # (B, H, T, d) -> (N, B, H, C, d), zero-padded
+            x = jnp.pad(x, [(0, 0), (0, 0), (0, N * C - T), (0, 0)])
+            return jnp.moveaxis(x.reshape(B, H, N, C, x.shape[-1]), 2, 0)
+
+        Q, K, V, LA, DO = (chunks(x) for x in (qh, kh, v, la, do))
+        b = jnp.cumsum(LA, axis=3)                                         # b_i, inclusive
+        suffix = jnp.flip(jnp.cumsum(jnp.flip(LA, 3), axis=3), 3)          # sum_{s >= j}
+        rest = jnp.concatenate([suffix[:, :, :, 1:], jnp.zeros_like(suffix[:, :, :, :1])], axis=3)
+        hp = "highest"
+
+        def forward(S, xs):       # the state leaving each chunk
+            Kc, Vc, bc, rc = xs
+            S = (jnp.exp(bc[:, :, -1])[..., None] * S
+                 + jnp.einsum("bhjk,bhjv->bhkv", Kc * jnp.exp(rc), Vc, precision=hp))
+            return S, S
+
+        _, S_out = lax.scan(forward, h0, (K, V, b, rest))
+
+        def backward(dS, xs):     # the cotangent of the state leaving each chunk
+            Qc, DOc, bc = xs
+            dS_in = (jnp.exp(bc[:, :, -1])[..., None] * dS
+                     + jnp.einsum("bhik,bhiv->bhkv", Qc * jnp.exp(bc), DOc, precision=hp))
+            return dS_in, dS
+
+        _, dS_out = lax.scan(backward, dh_T, (Q, DO, b), reverse=True)
+        tail = jnp.sum(S_out * dS_out, axis=-1)                             # (N, B, H, dk)
+        w = chunks(qh * dqh - kh * dkh)
+        dla = jnp.flip(jnp.cumsum(jnp.flip(w, 3), axis=3), 3) + tail[:, :, :, None]
+        dla = jnp.moveaxis(dla, 0, 2).reshape(B, H, N * C, dk)[:, :, :T]
+        gsum = lambda x: x.reshape(B, G, H // G, T, dk).sum(axis=2)       # noqa: E731
+        grads = (gsum(dqh), gsum(dkh), dv_, dla, dh0)
+        return tuple(g.astype(dt) for g, dt in zip(grads, dtypes))
+
+    f.defvjp(fwd, bwd)
+    return f(q, k, v, log_alpha, h0)
+
+
 def cumsum_decays(q, k, v, log_alpha, h0):
     """Decays from in-chunk cumulative sums (tests/mutants.py ``base``, C = 16)."""
     import mutants
@@ -185,10 +260,12 @@ def cumsum_decays(q, k, v, log_alpha, h0):
 def dlog_alpha_form(name: str, gate: str) -> str:
     """How zoo member ``name`` computes dlog_alpha (glaref._verdict.DLOG_ALPHA_FORMS): glaref's
     chunked kernel by the identity with scalar gates and by the per-chunk vjp (direct form) with
-    vector gates; every other member in the direct form (module docstring)."""
+    vector gates; chunked_identity by the identity; cumsum_decays too in effect (autodiff through
+    exp(b_i - b_j) of cumulative sums b pairs every in-chunk term with its negative, as the
+    identity does); every other member in the direct form (module docstring)."""
     if name.startswith("chunked") and name[len("chunked"):].isdigit():
         return "identity" if gate == "scalar" else "direct"
-    return "direct"
+    return "identity" if name in ("chunked_identity", "cumsum_decays") else "direct"
 
 
 def zoo() -> dict:
@@ -213,4 +290,5 @@ def vector_zoo() -> dict:
     out["scan"] = _builtin("scan")
     out["scan_checkpointed"] = _builtin("scan", checkpoint_every=16)
     out["quadratic"] = quadratic_vector
+    out["chunked_identity"] = chunked_identity_vector
     return out
