@@ -97,29 +97,56 @@ _JIT = dict(fastmath=False, cache=True)
 
 @njit(**_JIT)
 def _decays(log_alpha, t0, L, E, din, dout):  # pragma: no cover - compiled
-    """Fill E (L x L, lower incl. diagonal), din and dout for the chunk starting at t0.
-
-    Returns atot. Products of alphas only; see the module docstring.
+    """Scalar gates, log_alpha (T, 1): fill E (L x L, lower incl. diagonal) and din, dout
+    (column 0) for the chunk starting at t0. Products of alphas only; see the module docstring.
     """
     # din first: it holds the alphas of the chunk for the products below, then their prefix
     # products.
     for j in range(L):
-        din[j] = np.exp(log_alpha[t0 + j])
+        din[j, 0] = np.exp(log_alpha[t0 + j, 0])
     for j in range(L):
         E[j, j] = 1.0
         for i in range(j + 1, L):
             E[j, i] = 0.0
         p = 1.0
         for i in range(j - 1, -1, -1):
-            p = p * din[i + 1]
+            p = p * din[i + 1, 0]
             E[j, i] = p
     for i in range(L):
-        dout[i] = E[L - 1, i]
+        dout[i, 0] = E[L - 1, i]
     p = 1.0
     for j in range(L):
-        p = p * din[j]
-        din[j] = p
-    return din[L - 1]
+        p = p * din[j, 0]
+        din[j, 0] = p
+
+
+@njit(**_JIT)
+def _vec_decays(log_alpha, t0, L, al, din, dout):  # pragma: no cover - compiled
+    """Vector gates, log_alpha (T, dk): al, din, dout (L x dk) of the chunk starting at t0;
+    products of alphas only."""
+    dk = log_alpha.shape[1]
+    for j in range(L):
+        for i in range(dk):
+            al[j, i] = np.exp(log_alpha[t0 + j, i])
+    for i in range(dk):
+        din[0, i] = al[0, i]
+        dout[L - 1, i] = 1.0
+    for j in range(1, L):
+        for i in range(dk):
+            din[j, i] = din[j - 1, i] * al[j, i]
+    for j in range(L - 2, -1, -1):
+        for i in range(dk):
+            dout[j, i] = dout[j + 1, i] * al[j + 1, i]
+
+
+@njit(**_JIT)
+def _gate_decays(vector, log_alpha, t0, L, E, al, din, dout):  # pragma: no cover - compiled
+    """din, dout (rows 0..L-1) of the chunk starting at t0, and E (L x L, scalar gates) or the
+    chunk's alphas al (L x dk, vector gates). The chunk's total decay atot is din[L - 1]."""
+    if vector:
+        _vec_decays(log_alpha, t0, L, al, din, dout)
+    else:
+        _decays(log_alpha, t0, L, E, din, dout)
 
 
 _N = np.int8(ord("N"))
@@ -156,12 +183,18 @@ def _gemm(ta, tb, alpha, A, B, beta, Cm, ab):  # pragma: no cover - compiled
 
 
 @njit(**_JIT)
-def _row_scale(w, X, out):  # pragma: no cover - compiled
-    """out[i, :] = w[i] * X[i, :] for the rows of X."""
-    for i in range(X.shape[0]):
-        wi = w[i]
-        for a in range(X.shape[1]):
-            out[i, a] = wi * X[i, a]
+def _gated_rows(W, X, out):  # pragma: no cover - compiled
+    """out = W o X for the rows of X: a one-column W (a scalar gate) scales whole rows
+    (out[i, :] = W[i, 0] X[i, :]), a W as wide as X (a vector gate) multiplies elementwise."""
+    if W.shape[1] == 1:
+        for i in range(X.shape[0]):
+            wi = W[i, 0]
+            for a in range(X.shape[1]):
+                out[i, a] = wi * X[i, a]
+    else:
+        for j in range(X.shape[0]):
+            for i in range(X.shape[1]):
+                out[j, i] = W[j, i] * X[j, i]
 
 
 @njit(**_JIT)
@@ -208,45 +241,63 @@ def _qk_chunks(q, k, C, QK, ab):  # pragma: no cover - compiled
 
 
 @njit(**_JIT)
-def _forward_head(q, k, v, log_alpha, h0, scale, C, o, h_T, QK):  # pragma: no cover - compiled
-    """One (b, h): q, k (T, dk); v, o (T, dv); log_alpha (T,); h0, h_T (dk, dv).
+def _scale_rows(S, w):  # pragma: no cover - compiled
+    """S[i, :] *= w[i] (S is dk x dv: the state's rows are the key dimensions)."""
+    for i in range(S.shape[0]):
+        wi = w[i]
+        for m in range(S.shape[1]):
+            S[i, m] *= wi
 
-    QK (>= n_chunks, C, C) holds the chunks' Q K^T from ``_qk_chunks`` (shared by the heads of
-    a group).
-    """
-    T, dk = q.shape
-    ab = np.empty(2)
-    E = np.empty((C, C))
-    din = np.empty(C)
-    dout = np.empty(C)
-    A = np.empty((C, C))
-    Xd = np.empty((C, dk))
-    S = h_T  # the running state lives in the output
-    S[:, :] = h0
-    for t0 in range(0, T, C):
-        L = min(C, T - t0)
-        Q = q[t0:t0 + L]
-        K = k[t0:t0 + L]
-        V = v[t0:t0 + L]
-        Oc = o[t0:t0 + L]
-        Ec = E[:L, :L]
-        Ac = A[:L, :L]
-        Xc = Xd[:L]
-        atot = _decays(log_alpha, t0, L, Ec, din, dout)
-        # O = scale (din o Q) S0 + scale (Q K^T o E) V
-        QKc = QK[t0 // C]
-        for j in range(L):
-            for i in range(j + 1):
-                Ac[j, i] = QKc[j, i] * Ec[j, i]
-            for i in range(j + 1, L):  # set, not multiplied by 0: a non-finite future term
-                Ac[j, i] = 0.0         # must not leak into the past
 
-        _row_scale(din, Q, Xc)
-        _gemm(False, False, scale, Xc, S, 0.0, Oc, ab)
-        _gemm(False, False, scale, Ac, V, 1.0, Oc, ab)
-        # S_end = atot S0 + (dout o K)^T V
-        _row_scale(dout, K, Xc)
-        _gemm(True, False, 1.0, Xc, V, atot, S, ab)
+@njit(**_JIT)
+def _scale_cols(ST, w):  # pragma: no cover - compiled
+    """ST[:, i] *= w[i] (ST is a transposed state, dv x dk)."""
+    for m in range(ST.shape[0]):
+        for i in range(ST.shape[1]):
+            ST[m, i] *= w[i]
+
+
+@njit(**_JIT)
+def _advance(S, atot, W, X, Y, alpha, vector, transposed, Xs, ab):  # pragma: no cover - compiled
+    """S <- diag(atot) S + alpha (W o X)^T Y over one chunk, or the same on S^T (dv x dk) when
+    ``transposed``: the state update (W, X, Y = dout, K, V) and the backward's carry (din, Q, dO).
+    A scalar gate's decay atot[0] goes to BLAS as beta; a vector gate's scales the rows of S
+    first. Xs: scratch shaped like X."""
+    beta = 1.0
+    if vector:
+        if transposed:
+            _scale_cols(S, atot)
+        else:
+            _scale_rows(S, atot)
+    else:
+        beta = atot[0]
+    _gated_rows(W, X, Xs)
+    if transposed:
+        _gemm(True, False, alpha, Y, Xs, beta, S, ab)
+    else:
+        _gemm(True, False, alpha, Xs, Y, beta, S, ab)
+
+
+@njit(**_JIT)
+def _mask_by_decays(QKc, Ec, Ac, dAc, Pc, L):  # pragma: no cover - compiled
+    """Scalar gates: A = Q K^T o E (zero above the diagonal) for a chunk of L steps; with ``dAc``
+    (not None: the backward) also dA <- dA o E and on the way P[r, j] = sum_{i < j} W[r, i]
+    (j <= r) with W[r, i] = E[r, i] (q_r . k_i)(do_r . v_i), for the fourth dlog_alpha term.
+    QKc[r, i] = q_r . k_i; dAc[r, i] = do_r . v_i on entry."""
+    for r in range(L):
+        acc = 0.0
+        for i in range(r + 1):
+            e = Ec[r, i]
+            a_ = QKc[r, i] * e
+            Ac[r, i] = a_
+            if dAc is not None:
+                Pc[r, i] = acc
+                acc += a_ * dAc[r, i]
+                dAc[r, i] *= e
+        for i in range(r + 1, L):  # set, not multiplied by 0: a non-finite future term
+            Ac[r, i] = 0.0         # must not leak into the past
+            if dAc is not None:
+                dAc[r, i] = 0.0
 
 
 # ---- vector gates (log_alpha (T, dk) per head: one decay per key dimension) ------------------
@@ -271,49 +322,6 @@ def _forward_head(q, k, v, log_alpha, h0, scale, C, o, h_T, QK):  # pragma: no c
 #     dlog_alpha_j[i] = atot[i] sum_m S0[i, m] Gn[i, m]
 #                     + sum_{r >= j} q_r[i] dQ_inter[r, i] + sum_{s < j} k_s[i] dK_inter[s, i]
 #                     + scale sum_{r >= j > s} dA[r, s] q_r[i] k_s[i] E[r, s, i]
-
-
-@njit(**_JIT)
-def _vec_decays(log_alpha, t0, L, al, din, dout):  # pragma: no cover - compiled
-    """al, din, dout (L x dk) of the chunk starting at t0; products of alphas only."""
-    dk = log_alpha.shape[1]
-    for j in range(L):
-        for i in range(dk):
-            al[j, i] = np.exp(log_alpha[t0 + j, i])
-    for i in range(dk):
-        din[0, i] = al[0, i]
-        dout[L - 1, i] = 1.0
-    for j in range(1, L):
-        for i in range(dk):
-            din[j, i] = din[j - 1, i] * al[j, i]
-    for j in range(L - 2, -1, -1):
-        for i in range(dk):
-            dout[j, i] = dout[j + 1, i] * al[j + 1, i]
-
-
-@njit(**_JIT)
-def _rows_times(W, X, out):  # pragma: no cover - compiled
-    """out = W o X, elementwise (rows of equal length)."""
-    for j in range(X.shape[0]):
-        for i in range(X.shape[1]):
-            out[j, i] = W[j, i] * X[j, i]
-
-
-@njit(**_JIT)
-def _scale_rows(S, w):  # pragma: no cover - compiled
-    """S[i, :] *= w[i] (S is dk x dv: the state's rows are the key dimensions)."""
-    for i in range(S.shape[0]):
-        wi = w[i]
-        for m in range(S.shape[1]):
-            S[i, m] *= wi
-
-
-@njit(**_JIT)
-def _scale_cols(ST, w):  # pragma: no cover - compiled
-    """ST[:, i] *= w[i] (ST is a transposed state, dv x dk)."""
-    for m in range(ST.shape[0]):
-        for i in range(ST.shape[1]):
-            ST[m, i] *= w[i]
 
 
 @njit(**_JIT)
@@ -372,156 +380,42 @@ def _vec_pairs(Q, K, al, L, A, e, w, dA, scale, dQa, dKa, T4, Wb):  # pragma: no
 
 
 @njit(**_JIT)
-def _forward_head_vec(q, k, v, log_alpha, h0, scale, C, o, h_T):  # pragma: no cover - compiled
-    """One (sequence, head) with vector gates: q, k (T, dk); v, o (T, dv); log_alpha (T, dk)."""
+def _forward_head(q, k, v, log_alpha, h0, scale, C, vector, o, h_T, QK):  # pragma: no cover
+    """One (sequence, head): q, k (T, dk); v, o (T, dv); h0, h_T (dk, dv); log_alpha (T, 1), a
+    scalar gate, or (T, dk), a vector gate (``vector``).
+
+    Scalar gates: QK (>= n_chunks, C, C) holds the chunks' Q K^T from ``_qk_chunks`` (shared by
+    the heads of a group). Vector gates form A pair by pair (``_vec_pairs``).
+    """
     T, dk = q.shape
     ab = np.empty(2)
-    al = np.empty((C, dk))
-    din = np.empty((C, dk))
-    dout = np.empty((C, dk))
-    A = np.empty((C, C))
+    gd = np.empty((2, C, log_alpha.shape[1]))
+    din, dout = gd[0], gd[1]
+    cc = np.empty((2, C, C))
+    A, E = cc[0], cc[1]                     # E: scalar gates' decays
+    al = np.empty((C if vector else 0, dk))  # vector gates: the chunk's alphas
     Xd = np.empty((C, dk))
-    e = np.empty(dk)
-    w = np.empty(dk)
+    ew = np.empty((2, dk))
+    e, w = ew[0], ew[1]
     S = h_T  # the running state lives in the output
     S[:, :] = h0
     for t0 in range(0, T, C):
         L = min(C, T - t0)
         Q = q[t0:t0 + L]
         K = k[t0:t0 + L]
-        V = v[t0:t0 + L]
-        Oc = o[t0:t0 + L]
         Ac = A[:L, :L]
         Xc = Xd[:L]
-        _vec_decays(log_alpha, t0, L, al, din, dout)
-        _vec_pairs(Q, K, al, L, Ac, e, w, None, scale, Xc, Xc, Xc, Xc)
+        _gate_decays(vector, log_alpha, t0, L, E[:L, :L], al, din, dout)
+        if vector:
+            _vec_pairs(Q, K, al, L, Ac, e, w, None, scale, Xc, Xc, Xc, Xc)
+        else:
+            _mask_by_decays(QK[t0 // C], E[:L, :L], Ac, None, Ac, L)
         # O = scale (din o Q) S0 + scale A V
-        _rows_times(din, Q, Xc)
-        _gemm(False, False, scale, Xc, S, 0.0, Oc, ab)
-        _gemm(False, False, scale, Ac, V, 1.0, Oc, ab)
+        _gated_rows(din, Q, Xc)
+        _gemm(False, False, scale, Xc, S, 0.0, o[t0:t0 + L], ab)
+        _gemm(False, False, scale, Ac, v[t0:t0 + L], 1.0, o[t0:t0 + L], ab)
         # S_end = diag(atot) S0 + (dout o K)^T V
-        _scale_rows(S, din[L - 1])
-        _rows_times(dout, K, Xc)
-        _gemm(True, False, 1.0, Xc, V, 1.0, S, ab)
-
-
-@njit(**_JIT)
-def _vjp_head_vec(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
-                  dq, dk, accumulate, dv, dla, dh0, starts):  # pragma: no cover - compiled
-    """One (sequence, head) with vector gates; dla (T, dk). Otherwise as ``_vjp_head``."""
-    T, dk_ = q.shape
-    dv_ = v.shape[1]
-    n_chunks = (T + C - 1) // C
-    ab = np.empty(2)
-    al = np.empty((C, dk_))
-    din = np.empty((C, dk_))
-    dout = np.empty((C, dk_))
-    Xk = np.empty((C, dk_))
-    Yk = np.empty((C, dk_))
-    dQa = np.empty((C, dk_))
-    dKa = np.empty((C, dk_))
-    T4 = np.empty((C, dk_))
-    Wb = np.empty((C, dk_))
-    A = np.empty((C, C))
-    dA = np.empty((C, C))
-    e = np.empty(dk_)
-    w = np.empty(dk_)
-    t1 = np.empty(dk_)
-    acc = np.empty(dk_)
-
-    # Pass 1: the state at the start of every chunk, transposed (dv, dk) as in ``_vjp_head``.
-    S = np.empty((dv_, dk_))
-    S[:, :] = h0.T
-    for c in range(n_chunks):
-        t0 = c * C
-        L = min(C, T - t0)
-        starts[c] = S
-        _vec_decays(log_alpha, t0, L, al, din, dout)
-        _scale_cols(S, din[L - 1])
-        _rows_times(dout, k[t0:t0 + L], Xk[:L])
-        _gemm(True, False, 1.0, v[t0:t0 + L], Xk[:L], 1.0, S, ab)
-
-    # Pass 2: chunks in reverse with the carry Gn^T (dv, dk).
-    GnT = np.empty((dv_, dk_))
-    if has_dh_T:
-        GnT[:, :] = dh_T.T
-    else:
-        GnT[:, :] = 0.0
-    for c in range(n_chunks - 1, -1, -1):
-        t0 = c * C
-        L = min(C, T - t0)
-        Q = q[t0:t0 + L]
-        K = k[t0:t0 + L]
-        V = v[t0:t0 + L]
-        dO = do[t0:t0 + L]
-        dVc = dv[t0:t0 + L]
-        dlc = dla[t0:t0 + L]
-        S0 = starts[c]
-        Ac = A[:L, :L]
-        dAc = dA[:L, :L]
-        Xkc = Xk[:L]
-        Ykc = Yk[:L]
-        _vec_decays(log_alpha, t0, L, al, din, dout)
-        atot = din[L - 1]
-
-        _gemm(False, True, 1.0, dO, V, 0.0, dAc, ab)   # dA[r, s] = do_r . v_s
-        _vec_pairs(Q, K, al, L, Ac, e, w, dAc, scale, dQa, dKa, T4, Wb)
-
-        # term 1: atot[i] sum_m S0[i, m] Gn[i, m] (S0 and Gn both stored transposed)
-        for i in range(dk_):
-            t1[i] = 0.0
-        for m in range(dv_):
-            for i in range(dk_):
-                t1[i] += S0[m, i] * GnT[m, i]
-        for i in range(dk_):
-            t1[i] *= atot[i]
-
-        # dQ = din o (scale dO S0^T) + scale dQa; term 2 = suffix sums of q_r o dQ_inter[r]
-        Yq = Ykc if accumulate else dq[t0:t0 + L]
-        _gemm(False, False, scale, dO, S0, 0.0, Yq, ab)
-        for i in range(dk_):
-            acc[i] = 0.0
-        for j in range(L - 1, -1, -1):
-            for i in range(dk_):
-                x = din[j, i] * Yq[j, i]
-                Yq[j, i] = x
-                acc[i] += Q[j, i] * x
-                dlc[j, i] = t1[i] + acc[i]
-        for j in range(L):
-            for i in range(dk_):
-                Yq[j, i] += scale * dQa[j, i]
-        if accumulate:
-            _add_into(dq[t0:t0 + L], Ykc)
-
-        # dK = dout o (V Gn^T) + scale dKa; term 3 = prefix sums (s < j) of k_s o dK_inter[s]
-        Yk_ = Ykc if accumulate else dk[t0:t0 + L]
-        _gemm(False, False, 1.0, V, GnT, 0.0, Yk_, ab)
-        for i in range(dk_):
-            acc[i] = 0.0
-        for j in range(L):
-            for i in range(dk_):
-                x = dout[j, i] * Yk_[j, i]
-                Yk_[j, i] = x + scale * dKa[j, i]
-                dlc[j, i] += acc[i]
-                acc[i] += K[j, i] * x
-        if accumulate:
-            _add_into(dk[t0:t0 + L], Ykc)
-
-        # dV = (dout o K) Gn + scale A^T dO
-        _rows_times(dout, K, Xkc)
-        _gemm(False, True, 1.0, Xkc, GnT, 0.0, dVc, ab)
-        _gemm(True, False, scale, Ac, dO, 1.0, dVc, ab)
-
-        # term 4
-        for j in range(L):
-            for i in range(dk_):
-                dlc[j, i] += scale * T4[j, i]
-
-        # carry into the previous chunk: Gn <- diag(atot) Gn + scale (din o Q)^T dO, transposed
-        _scale_cols(GnT, atot)
-        _rows_times(din, Q, Xkc)
-        _gemm(True, False, scale, dO, Xkc, 1.0, GnT, ab)
-    dh0[:, :] = GnT.T
+        _advance(S, din[L - 1], dout, K, v[t0:t0 + L], 1.0, vector, False, Xc, ab)
 
 
 @njit(parallel=True, **_JIT)
@@ -553,21 +447,17 @@ def _forward_kernel(q, k, v, log_alpha, h0, scale, C, n_workers, grouped, vector
             if not vector:
                 _qk_chunks(q[b, g, t0:t1], k[b, g, t0:t1], C, QK, ab)
             for h in range(first, first + count):
-                if vector:
-                    _forward_head_vec(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1],
-                                      log_alpha[b, h, t0:t1], h0[n, h], scale, C,
-                                      o[b, h, t0:t1], h_T[n, h])
-                else:
-                    _forward_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1],
-                                  log_alpha[b, h, t0:t1, 0], h0[n, h], scale, C,
-                                  o[b, h, t0:t1], h_T[n, h], QK)
+                _forward_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1],
+                              log_alpha[b, h, t0:t1], h0[n, h], scale, C, vector,
+                              o[b, h, t0:t1], h_T[n, h], QK)
 
 
 @njit(**_JIT)
-def _chunk_starts(k, v, log_alpha, h0, C, starts, E, din, dout, Xk, ab):  # pragma: no cover
+def _chunk_starts(k, v, log_alpha, h0, C, vector, starts, E, al, din, dout, Xk,
+                  ab):  # pragma: no cover - compiled
     """starts[c] = the state at the start of chunk c (the forward's state update, chunk by
     chunk), kept transposed, S^T (dv, dk), so that the backward's products with it read it in
-    the order BLAS prefers. E, din, dout, Xk, ab: scratch."""
+    the order BLAS prefers. E, al, din, dout, Xk, ab: scratch."""
     T = k.shape[0]
     S = np.empty((v.shape[1], k.shape[1]))
     S[:, :] = h0.T
@@ -575,56 +465,101 @@ def _chunk_starts(k, v, log_alpha, h0, C, starts, E, din, dout, Xk, ab):  # prag
         t0 = c * C
         L = min(C, T - t0)
         starts[c] = S
-        atot = _decays(log_alpha, t0, L, E[:L, :L], din, dout)
-        _row_scale(dout, k[t0:t0 + L], Xk[:L])
-        _gemm(True, False, 1.0, v[t0:t0 + L], Xk[:L], atot, S, ab)
+        _gate_decays(vector, log_alpha, t0, L, E[:L, :L], al, din, dout)
+        _advance(S, din[L - 1], dout, k[t0:t0 + L], v[t0:t0 + L], 1.0, vector, True, Xk[:L], ab)
 
 
 @njit(**_JIT)
-def _mask_by_decays(QKc, Ec, Ac, dAc, Pc, L):  # pragma: no cover - compiled
-    """A = Q K^T o E and dA <- dA o E (zero above the diagonal) for a chunk of L steps, and on
-    the way P[r, j] = sum_{i < j} W[r, i] (j <= r) with W[r, i] = E[r, i] (q_r . k_i)(do_r . v_i),
-    for the fourth dlog_alpha term. QKc[r, i] = q_r . k_i; dAc[r, i] = do_r . v_i on entry."""
-    for r in range(L):
-        acc = 0.0
-        for i in range(r + 1):
-            e = Ec[r, i]
-            a_ = QKc[r, i] * e
-            Ac[r, i] = a_
-            Pc[r, i] = acc
-            acc += a_ * dAc[r, i]
-            dAc[r, i] *= e
-        for i in range(r + 1, L):
-            Ac[r, i] = 0.0
-            dAc[r, i] = 0.0
+def _dq_dk_scalar(Q, K, V, dO, S0, GnT, din, dout, dAc, scale, Yq, Yk, dlc, Xv, sg,
+                  ab):  # pragma: no cover - compiled
+    """Scalar gates, one chunk: Yq = dQ = scale (din o dO) S0^T + scale (dA o E) K and
+    Yk = dK = (dout o V) Gn^T + scale (dA o E)^T Q; dlc (L, 1) = dlog_alpha terms 1 and 2:
+    atot <S0, Gn> (a dot product of dk*dv terms, through BLAS) and the suffix sums of
+    rowdot(Q, dQ's first product). S0, Gn stored transposed; dA already masked by E.
+    Xv (L, dv), sg (1, 1): scratch."""
+    L, dk_ = Q.shape
+    n = dk_ * V.shape[1]
+    _gemm(False, True, 1.0, S0.reshape((1, n)), GnT.reshape((1, n)), 0.0, sg, ab)
+    t1 = din[L - 1, 0] * sg[0, 0]
+    _gated_rows(din, dO, Xv)
+    _gemm(False, False, scale, Xv, S0, 0.0, Yq, ab)
+    suf = 0.0
+    for j in range(L - 1, -1, -1):
+        suf += _dot(Q[j], Yq[j])
+        dlc[j, 0] = t1 + suf
+    _gemm(False, False, scale, dAc, K, 1.0, Yq, ab)
+    _gated_rows(dout, V, Xv)
+    _gemm(False, False, 1.0, Xv, GnT, 0.0, Yk, ab)
+    _gemm(True, False, scale, dAc, Q, 1.0, Yk, ab)
 
 
 @njit(**_JIT)
-def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
+def _dq_dk_vector(Q, K, V, dO, S0, GnT, din, dout, dQa, dKa, scale, Yq, Yk, dlc, t1,
+                  acc, ab):  # pragma: no cover - compiled
+    """Vector gates, one chunk: Yq = dQ = din o (scale dO S0^T) + scale dQa and
+    Yk = dK = dout o (V Gn^T) + scale dKa; dlc (L, dk) = dlog_alpha terms 1 to 3:
+    atot[i] sum_m S0[i, m] Gn[i, m], the suffix sums of q_r o dQ_inter[r] and the prefix sums
+    (s < j) of k_s o dK_inter[s]. S0, Gn stored transposed; dQa, dKa from ``_vec_pairs``."""
+    L, dk_ = Q.shape
+    atot = din[L - 1]
+    for i in range(dk_):
+        t1[i] = 0.0
+    for m in range(V.shape[1]):
+        for i in range(dk_):
+            t1[i] += S0[m, i] * GnT[m, i]
+    for i in range(dk_):
+        t1[i] *= atot[i]
+        acc[i] = 0.0
+    _gemm(False, False, scale, dO, S0, 0.0, Yq, ab)
+    for j in range(L - 1, -1, -1):
+        for i in range(dk_):
+            x = din[j, i] * Yq[j, i]
+            Yq[j, i] = x
+            acc[i] += Q[j, i] * x
+            dlc[j, i] = t1[i] + acc[i]
+    for j in range(L):
+        for i in range(dk_):
+            Yq[j, i] += scale * dQa[j, i]
+    _gemm(False, False, 1.0, V, GnT, 0.0, Yk, ab)
+    for i in range(dk_):
+        acc[i] = 0.0
+    for j in range(L):
+        for i in range(dk_):
+            x = dout[j, i] * Yk[j, i]
+            Yk[j, i] = x + scale * dKa[j, i]
+            dlc[j, i] += acc[i]
+            acc[i] += K[j, i] * x
+
+
+@njit(**_JIT)
+def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector,
               dq, dk, accumulate, dv, dla, dh0, starts, QK):  # pragma: no cover - compiled
-    """One (b, h). dq, dk (T, dk) are written, or added to when ``accumulate``.
+    """One (sequence, head); log_alpha and dla (T, 1) for scalar gates, (T, dk) for vector gates
+    (``vector``). dq, dk (T, dk) are written, or added to when ``accumulate``.
 
     ``starts`` (>= ceil(T / C), dv, dk) is scratch for the chunk-start states S^T, reused across
     the heads one worker processes (a fresh allocation per head would page-fault every time).
-    ``QK`` holds the chunks' Q K^T from ``_qk_chunks`` (shared by the heads of a group).
+    Scalar gates: ``QK`` holds the chunks' Q K^T from ``_qk_chunks`` (shared by the heads of a
+    group).
     """
     T, dk_ = q.shape
     dv_ = v.shape[1]
-    n_chunks = (T + C - 1) // C
     ab = np.empty(2)
-    E = np.empty((C, C))
-    din = np.empty(C)
-    dout = np.empty(C)
-    Xk = np.empty((C, dk_))
-    Xv = np.empty((C, dv_))
-    Yk = np.empty((C, dk_))
-    A = np.empty((C, C))
-    dA = np.empty((C, C))
-    P = np.empty((C, C))
     sg = np.empty((1, 1))
+    gd = np.empty((2, C, log_alpha.shape[1]))
+    din, dout = gd[0], gd[1]
+    cc = np.empty((4, C, C))                # scalar gates' decays E and term-4 partial sums P
+    A, dA, E, P = cc[0], cc[1], cc[2], cc[3]
+    ck = np.empty((3, C, dk_))
+    Xk, Yq, Yk = ck[0], ck[1], ck[2]
+    Xv = np.empty((C, dv_))
+    vk = np.empty((5, C if vector else 0, dk_))    # vector gates only (``_vec_pairs``)
+    al, dQa, dKa, T4, Wb = vk[0], vk[1], vk[2], vk[3], vk[4]
+    d1 = np.empty((4, dk_))
+    e, w, t1, acc = d1[0], d1[1], d1[2], d1[3]
 
     # Pass 1: the state at the start of every chunk.
-    _chunk_starts(k, v, log_alpha, h0, C, starts, E, din, dout, Xk, ab)
+    _chunk_starts(k, v, log_alpha, h0, C, vector, starts, E, al, din, dout, Xk, ab)
 
     # Pass 2: chunks in reverse, carrying Gn (the cotangent of the state at the chunk end),
     # also kept transposed: GnT = Gn^T (dv, dk).
@@ -633,7 +568,7 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
         GnT[:, :] = dh_T.T
     else:
         GnT[:, :] = 0.0
-    for c in range(n_chunks - 1, -1, -1):
+    for c in range((T + C - 1) // C - 1, -1, -1):
         t0 = c * C
         L = min(C, T - t0)
         Q = q[t0:t0 + L]
@@ -642,81 +577,51 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C,
         dO = do[t0:t0 + L]
         dVc = dv[t0:t0 + L]
         dlc = dla[t0:t0 + L]
-        S0 = starts[c]
-        Ec = E[:L, :L]
         Ac = A[:L, :L]
         dAc = dA[:L, :L]
-        Pc = P[:L, :L]
-        Xkc = Xk[:L]
-        Xvc = Xv[:L]
-        Ykc = Yk[:L]
-        atot = _decays(log_alpha, t0, L, Ec, din, dout)
+        # dq, dk written in place when this head is the first (or only) contribution to them
+        Yqc = Yq[:L] if accumulate else dq[t0:t0 + L]
+        Ykc = Yk[:L] if accumulate else dk[t0:t0 + L]
+        _gate_decays(vector, log_alpha, t0, L, E[:L, :L], al, din, dout)
 
-        _gemm(False, True, 1.0, dO, V, 0.0, dAc, ab)   # dA[r, i] = do_r . v_i
-        _mask_by_decays(QK[c], Ec, Ac, dAc, Pc, L)
+        _gemm(False, True, 1.0, dO, V, 0.0, dAc, ab)   # dA[r, s] = do_r . v_s
+        if vector:
+            _vec_pairs(Q, K, al, L, Ac, e, w, dAc, scale, dQa, dKa, T4, Wb)
+            _dq_dk_vector(Q, K, V, dO, starts[c], GnT, din, dout, dQa, dKa, scale, Yqc, Ykc,
+                          dlc, t1, acc, ab)
+        else:
+            _mask_by_decays(QK[c], E[:L, :L], Ac, dAc, P[:L, :L], L)
+            _dq_dk_scalar(Q, K, V, dO, starts[c], GnT, din, dout, dAc, scale, Yqc, Ykc, dlc,
+                          Xv[:L], sg, ab)
 
-        # dlog_alpha term 1: atot <S0, Gn> (a dot product of dk*dv terms, through BLAS)
-        _gemm(False, True, 1.0, S0.reshape((1, dk_ * dv_)), GnT.reshape((1, dk_ * dv_)), 0.0,
-              sg, ab)
-        t1 = atot * sg[0, 0]
-
-        # dQ = scale (din o dO) S0^T + scale (dA o E) K; term 2 from rowdot(Q, first product).
-        # Written in place when this head is the first (or only) contribution to dq.
-        Yq = Ykc if accumulate else dq[t0:t0 + L]
-        _row_scale(din, dO, Xvc)
-        _gemm(False, False, scale, Xvc, S0, 0.0, Yq, ab)
-        suf = 0.0
-        for j in range(L - 1, -1, -1):
-            suf += _dot(Q[j], Yq[j])
-            dlc[j] = t1 + suf
-        _gemm(False, False, scale, dAc, K, 1.0, Yq, ab)
-        if accumulate:
-            _add_into(dq[t0:t0 + L], Ykc)
-
-        # dK = (dout o V) Gn^T + scale (dA o E)^T Q
-        Yk_ = Ykc if accumulate else dk[t0:t0 + L]
-        _row_scale(dout, V, Xvc)
-        _gemm(False, False, 1.0, Xvc, GnT, 0.0, Yk_, ab)
-        _gemm(True, False, scale, dAc, Q, 1.0, Yk_, ab)
-        if accumulate:
-            _add_into(dk[t0:t0 + L], Ykc)
-
-        # dV = (dout o K) Gn + scale (A o E)^T dO; term 3 from rowdot(V, (dout o K) Gn)
-        _row_scale(dout, K, Xkc)
-        _gemm(False, True, 1.0, Xkc, GnT, 0.0, dVc, ab)
-        pre = 0.0
-        for j in range(L):
-            dlc[j] += pre
-            pre += _dot(dVc[j], V[j])
+        # dV = (dout o K) Gn + scale A^T dO; scalar gates' dlog_alpha term 3 from
+        # rowdot(V, (dout o K) Gn)
+        _gated_rows(dout, K, Xk[:L])
+        _gemm(False, True, 1.0, Xk[:L], GnT, 0.0, dVc, ab)
+        if not vector:
+            pre = 0.0
+            for j in range(L):
+                dlc[j, 0] += pre
+                pre += _dot(dVc[j], V[j])
         _gemm(True, False, scale, Ac, dO, 1.0, dVc, ab)
 
-        # dlog_alpha term 4: sum over r >= j of P[r, j]
+        # dlog_alpha term 4: scale sum_{r >= j > s} dA[r, s] (q_r o k_s) E[r, s]
         for j in range(L):
-            x = 0.0
-            for r in range(j, L):
-                x += Pc[r, j]
-            dlc[j] += scale * x
+            if vector:
+                for i in range(dk_):
+                    dlc[j, i] += scale * T4[j, i]
+            else:
+                x = 0.0
+                for r in range(j, L):
+                    x += P[r, j]
+                dlc[j, 0] += scale * x
 
-        # carry into the previous chunk: Gn <- atot Gn + scale (din o Q)^T dO, transposed
-        _row_scale(din, Q, Xkc)
-        _gemm(True, False, scale, dO, Xkc, atot, GnT, ab)
+        # carry into the previous chunk: Gn <- diag(atot) Gn + scale (din o Q)^T dO, transposed
+        _advance(GnT, din[L - 1], din, Q, dO, scale, vector, True, Xk[:L], ab)
+        if accumulate:
+            _add_into(dq[t0:t0 + L], Yqc)
+            _add_into(dk[t0:t0 + L], Ykc)
     dh0[:, :] = GnT.T
-
-
-@njit(**_JIT)
-def _vjp_item(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector, b, g, h, n, t0, t1,
-              dq, dk, accumulate, dv, dla, dh0, starts, QK):  # pragma: no cover - compiled
-    """Head h of sequence n (row b, steps t0:t1) into dq, dk (T, dk) of its group or head."""
-    if vector:
-        _vjp_head_vec(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1], log_alpha[b, h, t0:t1],
-                      h0[n, h], do[b, h, t0:t1], dh_T[n, h] if has_dh_T else dh_T[0, 0],
-                      has_dh_T, scale, C, dq[t0:t1], dk[t0:t1], accumulate, dv[b, h, t0:t1],
-                      dla[b, h, t0:t1], dh0[n, h], starts)
-    else:
-        _vjp_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1], log_alpha[b, h, t0:t1, 0],
-                  h0[n, h], do[b, h, t0:t1], dh_T[n, h] if has_dh_T else dh_T[0, 0], has_dh_T,
-                  scale, C, dq[t0:t1], dk[t0:t1], accumulate, dv[b, h, t0:t1],
-                  dla[b, h, t0:t1, 0], dh0[n, h], starts, QK)
 
 
 @njit(parallel=True, **_JIT)
@@ -724,8 +629,8 @@ def _vjp_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, n_workers,
                 sb, st0, st1, per_head, dq, dk, dv, dla, dh0):  # pragma: no cover - compiled
     """Workers over items (item p goes to worker p % n_workers): (sequence, head) pairs when
     ``per_head`` (dq, dk (B, H, T, dk), one head each), else (sequence, group) items whose heads
-    run in order, adding into dq, dk (B, G, T, dk). dla is (B, H, T, 1) for scalar gates,
-    (B, H, T, dk) for vector gates."""
+    run in order, adding into dq, dk (B, G, T, dk). log_alpha and dla are (B, H, T, 1) for scalar
+    gates, (B, H, T, dk) for vector gates."""
     G = q.shape[1]
     T, dk_ = q.shape[2], q.shape[3]
     H, dv_ = v.shape[1], v.shape[3]
@@ -747,8 +652,10 @@ def _vjp_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, n_workers,
                 _qk_chunks(q[b, g, t0:t1], k[b, g, t0:t1], C, QK, ab)
             for j in range(heads):
                 h = x if per_head else g * hpg + j
-                _vjp_item(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector, b, g, h,
-                          n, t0, t1, dq[b, x], dk[b, x], j > 0, dv, dla, dh0, starts, QK)
+                _vjp_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1], log_alpha[b, h, t0:t1],
+                          h0[n, h], do[b, h, t0:t1], dh_T[n, h] if has_dh_T else dh_T[0, 0],
+                          has_dh_T, scale, C, vector, dq[b, x, t0:t1], dk[b, x, t0:t1], j > 0,
+                          dv[b, h, t0:t1], dla[b, h, t0:t1], dh0[n, h], starts, QK)
 
 
 @njit(parallel=True, **_JIT)
