@@ -2,8 +2,9 @@
 
 Kept in its own module so that ``glaref._baseline`` imports Numba only when the scan is first
 run, and with every function at module level so that Numba's on-disk cache (``cache=True``)
-serves later processes. See ``glaref._baseline`` for what the kernel computes and why; vector
-gates have their own ``step_vector``, ``forward_vector`` and ``vjp_vector`` (``KERNELS``).
+serves later processes. See ``glaref._baseline`` for what the kernel computes and why. One
+kernel serves both kinds of gate: log_alpha (B, H, T, 1), a scalar gate, or (B, H, T, dk), a
+vector gate (``KERNELS`` gives the scalar gate's (B, H, T) its trailing axis).
 Determinism: ``prange`` over independent (batch, head) pairs only; fastmath off.
 """
 
@@ -36,15 +37,17 @@ def rnd(x, mode):  # pragma: no cover - compiled
 
 @njit(**jit)
 def step(S, a, kt, vt, mode_o, mode_s):  # pragma: no cover - compiled
-    """S <- alpha S + k^T v (one rounding per element in the working dtype; the outer product's
-    operands rounded to ``mode_o`` like every other matrix product's)."""
+    """S <- diag(a) S + k^T v, a (1,) (a scalar gate: one decay for every row) or (dk,) (a vector
+    gate: row i decays by a[i]); one rounding per element in the working dtype, the outer
+    product's operands rounded to ``mode_o`` like every other matrix product's."""
     if mode_o != 0:
         kt = rnd(kt.copy(), mode_o)
         vt = rnd(vt.copy(), mode_o)
     for i in range(S.shape[0]):
+        ai = a[i] if a.shape[0] > 1 else a[0]
         ki = kt[i]
         for j in range(S.shape[1]):
-            S[i, j] = a * S[i, j] + ki * vt[j]
+            S[i, j] = ai * S[i, j] + ki * vt[j]
     rnd(S, mode_s)
 
 
@@ -107,6 +110,7 @@ def frob(A, Bm):  # pragma: no cover - compiled
 
 @njit(parallel=True, **jit)
 def forward(qh, kh, v, la, h0, scale, mode_o, mode_s):  # pragma: no cover - compiled
+    """(o, h_T); la (B, H, T, 1) for a scalar gate, (B, H, T, dk) for a vector gate."""
     B, H, T, dk = qh.shape
     dv = v.shape[3]
     o = np.empty((B, H, T, dv), qh.dtype)
@@ -126,13 +130,19 @@ def forward(qh, kh, v, la, h0, scale, mode_o, mode_s):  # pragma: no cover - com
 
 @njit(parallel=True, **jit)
 def vjp(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s):  # pragma: no cover - compiled
+    """(dq, dk, dv, dlog_alpha, dh0) with la and dlog_alpha (B, H, T, 1) for a scalar gate,
+    dlog_alpha_t = a_t <S_{t-1}, G_t>, or (B, H, T, dk) for a vector gate, dlog_alpha_t[i] =
+    a_t[i] <S_{t-1}[i, :], G_t[i, :]> (direct form, one row of the state per key dimension);
+    G carried as diag(a_t) G_t. The states are recomputed from checkpoints every C ~ sqrt(T)
+    steps."""
     B, H, T, dk = qh.shape
     dv = v.shape[3]
     dt = qh.dtype
+    g = la.shape[3]
     dq = np.empty((B, H, T, dk), dt)
     dk_ = np.empty((B, H, T, dk), dt)
     dvv = np.empty((B, H, T, dv), dt)
-    dla = np.empty((B, H, T), dt)
+    dla = np.empty((B, H, T, g), dt)
     dh0 = np.empty((B, H, dk, dv), dt)
     C = max(1, int(math.sqrt(max(T, 1))))
     nck = (T + C - 1) // C
@@ -151,6 +161,7 @@ def vjp(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s):  # pragma: no cover
         tmp_k = np.empty(dk, dt)
         tmp_v = np.empty(dv, dt)
         sdo = np.empty(dv, dt)
+        acc = np.empty(9, dt)
         for c in range(nck - 1, -1, -1):
             t0 = c * C
             t1 = min(T, t0 + C)
@@ -174,112 +185,30 @@ def vjp(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s):  # pragma: no cover
                 dk_[b, h, t] = tmp_k
                 vecmat(kh[b, h, t], Gt, tmp_v, mode_o, mode_s)
                 dvv[b, h, t] = tmp_v
-                dla[b, h, t] = a * frob(blk[t - t0], Gt)
-                for i in range(dk):
-                    for j in range(dv):
-                        Gc[i, j] = a * Gt[i, j]
-                rnd(Gc, mode_s)
-        dh0[b, h] = Gc
-    return dq, dk_, dvv, dla, dh0
-
-
-# ---- vector gates (log_alpha (B, H, T, dk)): a (dk,) decays row i of the state by a[i]
-
-@njit(**jit)
-def step_vector(S, a, kt, vt, mode_o, mode_s):  # pragma: no cover - compiled
-    """S <- diag(a) S + k^T v (one rounding per element in the working dtype; the outer
-    product's operands rounded to ``mode_o``)."""
-    if mode_o != 0:
-        kt = rnd(kt.copy(), mode_o)
-        vt = rnd(vt.copy(), mode_o)
-    for i in range(S.shape[0]):
-        ai = a[i]
-        ki = kt[i]
-        for j in range(S.shape[1]):
-            S[i, j] = ai * S[i, j] + ki * vt[j]
-    rnd(S, mode_s)
-
-
-@njit(parallel=True, **jit)
-def forward_vector(qh, kh, v, la, h0, scale, mode_o, mode_s):  # pragma: no cover - compiled
-    B, H, T, dk = qh.shape
-    dv = v.shape[3]
-    o = np.empty((B, H, T, dv), qh.dtype)
-    hT = np.empty((B, H, dk, dv), qh.dtype)
-    for bh in prange(B * H):
-        b, h = bh // H, bh % H
-        S = h0[b, h].copy()
-        out = np.empty(dv, qh.dtype)
-        for t in range(T):
-            step_vector(S, np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_o, mode_s)
-            vecmat(qh[b, h, t], S, out, mode_o, mode_s)
-            for j in range(dv):
-                o[b, h, t, j] = scale * out[j]
-        hT[b, h] = S
-    return o, hT
-
-
-@njit(parallel=True, **jit)
-def vjp_vector(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s):  # pragma: no cover - compiled
-    """As ``vjp``, with dlog_alpha_t[i] = a_t[i] <S_{t-1}[i, :], G_t[i, :]> (direct form,
-    one row of the state per key dimension) and G carried as diag(a_t) G_t."""
-    B, H, T, dk = qh.shape
-    dv = v.shape[3]
-    dt = qh.dtype
-    dq = np.empty((B, H, T, dk), dt)
-    dk_ = np.empty((B, H, T, dk), dt)
-    dvv = np.empty((B, H, T, dv), dt)
-    dla = np.empty((B, H, T, dk), dt)
-    dh0 = np.empty((B, H, dk, dv), dt)
-    C = max(1, int(math.sqrt(max(T, 1))))
-    nck = (T + C - 1) // C
-    for bh in prange(B * H):
-        b, h = bh // H, bh % H
-        ck = np.empty((max(nck, 1), dk, dv), dt)
-        S = h0[b, h].copy()
-        for t in range(T):
-            if t % C == 0:
-                ck[t // C] = S
-            step_vector(S, np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_o, mode_s)
-        Gc = dh_T[b, h].copy()
-        blk = np.empty((C + 1, dk, dv), dt)
-        Gt = np.empty((dk, dv), dt)
-        tmp_k = np.empty(dk, dt)
-        tmp_v = np.empty(dv, dt)
-        sdo = np.empty(dv, dt)
-        acc = np.empty(9, dt)
-        for c in range(nck - 1, -1, -1):
-            t0 = c * C
-            t1 = min(T, t0 + C)
-            blk[0] = ck[c]
-            for t in range(t0, t1):
-                blk[t - t0 + 1] = blk[t - t0]
-                step_vector(blk[t - t0 + 1], np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_o, mode_s)
-            for t in range(t1 - 1, t0 - 1, -1):
-                a = np.exp(la[b, h, t])
-                for j in range(dv):
-                    sdo[j] = scale * do[b, h, t, j]
-                qr = rnd(qh[b, h, t].copy(), mode_o)
-                dr = rnd(sdo.copy(), mode_o)
-                for i in range(dk):
-                    for j in range(dv):
-                        Gt[i, j] = Gc[i, j] + qr[i] * dr[j]
-                rnd(Gt, mode_s)
-                matvec(blk[t - t0 + 1], sdo, tmp_k, mode_o, mode_s)
-                dq[b, h, t] = tmp_k
-                matvec(Gt, v[b, h, t], tmp_k, mode_o, mode_s)
-                dk_[b, h, t] = tmp_k
-                vecmat(kh[b, h, t], Gt, tmp_v, mode_o, mode_s)
-                dvv[b, h, t] = tmp_v
                 prev = blk[t - t0]
+                if g == 1:
+                    dla[b, h, t, 0] = a[0] * frob(prev, Gt)
+                else:
+                    for i in range(dk):
+                        dla[b, h, t, i] = a[i] * dot(prev[i], Gt[i], acc)
                 for i in range(dk):
-                    dla[b, h, t, i] = a[i] * dot(prev[i], Gt[i], acc)
-                for i in range(dk):
+                    ai = a[i] if g > 1 else a[0]
                     for j in range(dv):
-                        Gc[i, j] = a[i] * Gt[i, j]
+                        Gc[i, j] = ai * Gt[i, j]
                 rnd(Gc, mode_s)
         dh0[b, h] = Gc
     return dq, dk_, dvv, dla, dh0
 
 
-KERNELS = {"scalar": (forward, vjp), "vector": (forward_vector, vjp_vector)}
+def forward_scalar(qh, kh, v, la, h0, scale, mode_o, mode_s):
+    """``forward`` for a scalar gate la (B, H, T)."""
+    return forward(qh, kh, v, la[..., None], h0, scale, mode_o, mode_s)
+
+
+def vjp_scalar(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s):
+    """``vjp`` for a scalar gate la (B, H, T); dlog_alpha (B, H, T)."""
+    dq, dk, dv, dla, dh0 = vjp(qh, kh, v, la[..., None], h0, do, dh_T, scale, mode_o, mode_s)
+    return dq, dk, dv, dla[..., 0], dh0
+
+
+KERNELS = {"scalar": (forward_scalar, vjp_scalar), "vector": (forward, vjp)}
