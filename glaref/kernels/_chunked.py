@@ -171,24 +171,38 @@ def _forward_with(sweep, cfg: _Config, q, k, v, log_alpha, h0):
     return o, c.state_from_grouped(h_T)
 
 
-def _chunked_fwd_impl(cfg: _Config, q, k, v, log_alpha, h0):
-    return _forward_with(_forward_sweep, cfg, q, k, v, log_alpha, h0)
+def _residual_free(sweep, backward):
+    """The ``jax.custom_vjp`` core (cfg, q, k, v, log_alpha, h0) -> (o, h_T) of a chunked kernel
+    whose forward sweeps the chunks with ``sweep`` and whose residuals are the inputs themselves:
+    nothing computed is kept for the backward. ``backward(cfg, prepared, do, dh_T)`` gets the
+    inputs as ``_prepare`` returns them and returns the grouped, padded gradients
+    (dS0, dQ, dK, dV, dLA), brought back here to the caller's layout and dtypes."""
+
+    @partial(jax.custom_vjp, nondiff_argnums=(0,))
+    def core(cfg: _Config, q, k, v, log_alpha, h0):
+        return _forward_with(sweep, cfg, q, k, v, log_alpha, h0)
+
+    def fwd(cfg: _Config, q, k, v, log_alpha, h0):
+        return _forward_with(sweep, cfg, q, k, v, log_alpha, h0), (q, k, v, log_alpha, h0)
+
+    def bwd(cfg: _Config, res, cts):
+        q, k, v, log_alpha, h0 = res
+        prepared = _prepare(cfg, q, k, v, log_alpha, h0)
+        dS0, dQ, dK, dV, dLA = backward(cfg, prepared, *cts)
+        T, lay = prepared[5], cfg.layout
+        return (c.qk_from_canonical(dQ[:, :, :T], lay).astype(q.dtype),
+                c.qk_from_canonical(dK[:, :, :T], lay).astype(k.dtype),
+                c.v_like_from_grouped(dV[:, :, :, :T], lay).astype(v.dtype),
+                c.gate_from_grouped(dLA[:, :, :, :T], lay).astype(log_alpha.dtype),
+                None if h0 is None else c.state_from_grouped(dS0).astype(h0.dtype))
+
+    core.defvjp(fwd, bwd)
+    return core
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _chunked_core(cfg: _Config, q, k, v, log_alpha, h0):
-    return _chunked_fwd_impl(cfg, q, k, v, log_alpha, h0)
-
-
-def _core_fwd(cfg: _Config, q, k, v, log_alpha, h0):
-    # The residuals are the inputs themselves: nothing computed is kept for the backward.
-    return _chunked_fwd_impl(cfg, q, k, v, log_alpha, h0), (q, k, v, log_alpha, h0)
-
-
-def _core_bwd(cfg: _Config, res, cts):
-    q, k, v, log_alpha, h0 = res
-    do, dh_T = cts
-    Q, K, V, LA, S0, T, cdt, _ = _prepare(cfg, q, k, v, log_alpha, h0)
+def _backward(cfg: _Config, prepared, do, dh_T):
+    """Scalar gates' backward: the grouped, padded (dS0, dQ, dK, dV, dLA) (``_residual_free``)."""
+    Q, K, V, LA, S0, T, cdt, _ = prepared
     G = cfg.G
     B, _, R, dk, dv = S0.shape
     prec = cfg.precision
@@ -238,17 +252,10 @@ def _core_bwd(cfg: _Config, res, cts):
     init = (dS_T, h_T, jnp.zeros(Q.shape, cdt), jnp.zeros(K.shape, cdt), jnp.zeros(V.shape, cdt),
             jnp.zeros(LA.shape, cdt))
     dS0, _, dQ, dK, dV, dLA = lax.fori_loop(0, N, body, init)
-
-    lay = cfg.layout
-    dq = c.qk_from_canonical(dQ[:, :, :T], lay).astype(q.dtype)
-    dk = c.qk_from_canonical(dK[:, :, :T], lay).astype(k.dtype)
-    dv_ = c.v_like_from_grouped(dV[:, :, :, :T], lay).astype(v.dtype)
-    dla = c.gate_from_grouped(dLA[..., :T], lay).astype(log_alpha.dtype)
-    dh0 = None if h0 is None else c.state_from_grouped(dS0).astype(h0.dtype)
-    return dq, dk, dv_, dla, dh0
+    return dS0, dQ, dK, dV, dLA
 
 
-_chunked_core.defvjp(_core_fwd, _core_bwd)
+_chunked_core = _residual_free(_forward_sweep, _backward)
 
 
 def chunked(q, k, v, log_alpha, h0=None, *, chunk_size: int = 64, layout: str = "bhtd",

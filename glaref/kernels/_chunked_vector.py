@@ -44,7 +44,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from . import _common as c
-from ._chunked import _GATE_PRECISION, _chunk, _Config, _forward_with, _prepare, _put
+from ._chunked import _GATE_PRECISION, _chunk, _Config, _put, _residual_free
 
 SUB = 16   # largest sub-chunk
 
@@ -149,23 +149,9 @@ def _sweep(cfg: _Config, Q, K, V, LA, S0, *, outputs: bool):
     return lax.fori_loop(0, N, body, (S0, buf))
 
 
-def _fwd_impl(cfg: _Config, q, k, v, log_alpha, h0):
-    return _forward_with(_sweep, cfg, q, k, v, log_alpha, h0)
-
-
-@partial(jax.custom_vjp, nondiff_argnums=(0,))
-def chunked_vector_core(cfg: _Config, q, k, v, log_alpha, h0):
-    return _fwd_impl(cfg, q, k, v, log_alpha, h0)
-
-
-def _core_fwd(cfg: _Config, q, k, v, log_alpha, h0):
-    return _fwd_impl(cfg, q, k, v, log_alpha, h0), (q, k, v, log_alpha, h0)
-
-
-def _core_bwd(cfg: _Config, res, cts):
-    q, k, v, log_alpha, h0 = res
-    do, dh_T = cts
-    Q, K, V, LA, S0, T, cdt, _ = _prepare(cfg, q, k, v, log_alpha, h0)
+def _backward(cfg: _Config, prepared, do, dh_T):
+    """The grouped, padded (dS0, dQ, dK, dV, dLA) (``_chunked._residual_free``)."""
+    Q, K, V, LA, S0, T, cdt, _ = prepared
     B, G, R, dk, dv = S0.shape
     C = cfg.chunk_size
     N = Q.shape[2] // C
@@ -184,14 +170,7 @@ def _core_bwd(cfg: _Config, res, cts):
 
     init = (dh_T.astype(cdt).reshape(B, G, R, dk, dv), jnp.zeros(Q.shape, cdt),
             jnp.zeros(K.shape, cdt), jnp.zeros(V.shape, cdt), jnp.zeros(LA.shape, cdt))
-    dS0, dQ, dK, dV, dLA = lax.fori_loop(0, N, body, init)
-    lay = cfg.layout
-    dq = c.qk_from_canonical(dQ[:, :, :T], lay).astype(q.dtype)
-    dk = c.qk_from_canonical(dK[:, :, :T], lay).astype(k.dtype)
-    dv_ = c.v_like_from_grouped(dV[:, :, :, :T], lay).astype(v.dtype)
-    dla = c.gate_from_grouped(dLA[:, :, :, :T], lay).astype(log_alpha.dtype)
-    dh0 = None if h0 is None else c.state_from_grouped(dS0).astype(h0.dtype)
-    return dq, dk, dv_, dla, dh0
+    return lax.fori_loop(0, N, body, init)
 
 
-chunked_vector_core.defvjp(_core_fwd, _core_bwd)
+chunked_vector_core = _residual_free(_sweep, _backward)
