@@ -24,24 +24,28 @@ def add_parser(sub) -> None:
                         description="Write every case (.npz, byte-for-byte deterministic on one "
                         "platform) and manifest.json. mpmath figures are carried over while the "
                         "arrays they measure are unchanged, else computed at 50 digits (needs mpmath).")
-    g.add_argument("--out", metavar="DIR", help="folder to write (default: the repository's "
-                   "oracles/)")
-    g.add_argument("--no-mpmath", action="store_true", help="leave the mpmath figures out (a "
-                   "quick regeneration check; the manifest then differs from the shipped one)")
-    g.add_argument("--recompute-mpmath", action="store_true", help="compute the mpmath figures "
-                   "even for unchanged files")
+    _options(g, ("--out", "folder to write (default: the repository's oracles/)", {"metavar": "DIR"}),
+             ("--no-mpmath", "leave the mpmath figures out (a quick regeneration check; the "
+              "manifest then differs from the shipped one)"),
+             ("--recompute-mpmath", "compute the mpmath figures even for unchanged files"))
     v = acts.add_parser("verify", help="recompute every case; check hashes and values",
                         description="Check each file's sha256 against the manifest, recompute "
                         "every case with this glaref and compare every array (inputs bit for bit, "
                         "values within tolerance) and the manifest's fields. Exit 1 on any "
                         "mismatch, naming the case and the array.")
-    v.add_argument("--dir", metavar="DIR", help="folder to check (default: the repository's "
-                   "oracles/, else the installed copy)")
-    v.add_argument("--strict", action="store_true", help="also require the recomputed files to be "
-                   "bit-identical (on the platform that generated them)")
-    v.add_argument("--mpmath", action="store_true", help="also recompute the 50-digit mpmath "
-                   "figures (minutes)")
-    v.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
+    _options(v, ("--dir", "folder to check (default: the repository's oracles/, else the installed "
+                  "copy)", {"metavar": "DIR"}),
+             ("--strict", "also require the recomputed files to be bit-identical (on the platform "
+              "that generated them)"),
+             ("--mpmath", "also recompute the 50-digit mpmath figures (minutes)"),
+             ("--case", "only this case (repeatable)", {"action": "append", "metavar": "NAME"}))
+
+
+def _options(parser, *options) -> None:
+    """``parser.add_argument(flag, help=text, **keywords)`` for each (flag, text[, keywords]); an
+    option without keywords is a switch (``action="store_true"``)."""
+    for flag, text, *keywords in options:
+        parser.add_argument(flag, help=text, **(keywords[0] if keywords else {"action": "store_true"}))
 
 
 def _err(msg: str) -> None:
