@@ -1,15 +1,11 @@
-"""Error budgets: the scale of every output element, from the oracle run on absolute values.
+"""Error scales: the scale of every output element, from the oracle run on absolute values.
 
 Every element of o, h_T and of each gradient is a sum of products of inputs and decay factors.
 Running the same recurrence and vjp on |q|, |k|, |v|, |h0|, |do|, |dh_T| (the decay factors
 exp(log_alpha) are already positive) gives, per element, the sum of the absolute values of those
 terms. Rounding errors of any correct summation order are bounded by a multiple of that sum
-(docs/budgets.md), so it is the natural unit of error:
-
-    budget_ulps = max_i |x_i - ref_i| / (u * scale_i + floor)
-
-with u the unit roundoff of the kernel's compute dtype and ``floor`` the underflow allowance
-(``underflow_floor``). For dlog_alpha there are two scales:
+(docs/budgets.md), so it is the natural unit of error: ``_metrics.budget_ulps`` measures errors
+in units of u times it. For dlog_alpha there are two scales:
 
 - ``log_alpha``: the direct form dlog_alpha_t = alpha_t <S_{t-1}, G_t>, i.e. the abs-vjp
   alpha_t <|S|_{t-1}, |G|_t>;
@@ -27,14 +23,12 @@ taken per key dimension (docs/math.md, section 9.3).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
 from . import _inputs
-from ._inputs import _KIND, OUTPUTS, Dims, Problem
-from .tolerances import SMALLEST_NORMAL, UNIT_ROUNDOFF, lookup
+from ._inputs import _KIND, OUTPUTS, Problem
 
 
 class Scales(NamedTuple):
@@ -55,10 +49,10 @@ class Scales(NamedTuple):
 def problem_scales(p: Problem, scale: float = 1.0, impl: str = "numba") -> dict[str, np.ndarray]:
     """Per-element scales of canonical problem ``p``: keys o, h_T and, when ``p.do`` is given,
     q, k, v, log_alpha (direct form), h0 and log_alpha_identity. Arrays are canonical "bhtd"."""
-    from ._oracle import _backend
+    from ._oracle import backend
     from ._reference import _group_sum, dlog_alpha_identity
 
-    be = _backend(impl)
+    be = backend(impl)
     a = np.abs
     s = abs(float(scale))
     cu = p.cu_seqlens
@@ -106,83 +100,3 @@ def scales(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, scale=1.0, layout
     _warn_nonfinite(f"glaref.scales (impl={impl!r})", p, scale,
                     {n: x for n, x in out._asdict().items() if x is not None})
     return out
-
-
-def budget_view(p: Problem) -> tuple[Dims, np.ndarray]:
-    """``(dims, log_alpha)`` to pass to the bound (``_verdict.budget_bound`` / ``judge``, which
-    take scalar gates (B, H, T) of one sequence per row) for any problem ``p``.
-
-    Vector gates: each key dimension's gates are a scalar gate sequence of their own, so
-    log_alpha (B, H, T, dk) is viewed as (B, H * dk, T); the gate-mass terms then take the
-    largest chunk sum over every dimension. Packed sequences: each sequence starts its own chunks
-    at its first step, so the gates are laid out one sequence per row, zero-padded to the longest
-    length Lmax, and dims become B = N, T = Lmax (a correct kernel's error on a sequence depends
-    on its own length, never more than Lmax).
-    """
-    la = np.asarray(p.log_alpha, dtype=np.float64)
-    B, H, T = la.shape[:3]
-    if p.vector_gate:
-        la = np.moveaxis(la, 3, 2).reshape(B, H * la.shape[3], T)
-    if p.cu_seqlens is None:
-        return p.dims, la
-    cu = np.asarray(p.cu_seqlens)
-    lens = np.diff(cu)
-    L = int(lens.max()) if lens.size else 0
-    rows = np.zeros((len(lens), la.shape[1], L))
-    for n, (t0, t1) in enumerate(zip(cu[:-1], cu[1:])):
-        rows[n, :, :t1 - t0] = la[0, :, t0:t1]
-    return replace(p.dims, B=len(lens), T=L), rows
-
-
-def underflow_floor(output: str, compute_dtype: str, dims: Dims) -> float:
-    """Absolute error a correct kernel may make on one element of ``output`` through underflow.
-
-    With flush-to-zero (XLA flushes subnormals on CPU and GPU) every product or sum that lands
-    below the smallest normal number ``tiny`` of the compute dtype may lose up to ``tiny``. The
-    floor is ``tiny`` times an upper bound on the number of products in one element's expansion
-    (docs/budgets.md, section 4): it only matters where an element's scale itself is near the
-    underflow threshold (strong decay over many steps, zero inputs).
-    """
-    return _n_products(output, dims) * lookup(SMALLEST_NORMAL, compute_dtype, "compute_dtype")
-
-
-def _n_products(output: str, dims: Dims) -> float:
-    T1, dk, dv, r = float(dims.T + 1), dims.dk, dims.dv, dims.H // max(dims.G, 1)
-    n = {
-        "o": T1 * dk,                          # q_t . (k_s v_s) over s <= t, plus q_t . h0
-        "h_T": T1,                             # k_s v_s over s, plus h0
-        "q": T1 * dv * r,                      # S_t do_t over dv, summed over the group's heads
-        "k": T1 * dv * r,                      # G_t v_t over dv, same
-        "v": T1 * dk,                          # G_t^T k_t over dk
-        "h0": T1,                              # decayed q_s do_s over s, plus dh_T
-        "log_alpha": T1 * T1 * dk * dv,        # pairs (r, s) of time steps times state entries
-        "log_alpha_identity": T1 * T1 * dk * dv,
-    }
-    try:
-        return n[output]
-    except KeyError:
-        raise ValueError(f"output: got {output!r}, expected one of {sorted(n)}") from None
-
-
-def budget_ulps(output: str, x, ref, scale, compute_dtype: str,
-                dims: Dims) -> tuple[float, tuple[int, ...] | None]:
-    """``max_i |x_i - ref_i| / (u * scale_i + floor)`` and the index of the worst element.
-
-    output: o, h_T, q, k, v, log_alpha or h0 (sets the underflow floor); x: the kernel's value
-    (any float dtype, converted exactly); ref and scale: the oracle's
-    float64 value and scale on the same (dtype-rounded) inputs. Non-finite x gives inf (the
-    verdict counts non-finite values separately). Empty arrays give (0.0, None).
-    """
-    u = lookup(UNIT_ROUNDOFF, compute_dtype, "compute_dtype")
-    x = np.asarray(x, dtype=np.float64)
-    ref = np.asarray(ref, dtype=np.float64)
-    scale = np.asarray(scale, dtype=np.float64)
-    if x.shape != ref.shape or ref.shape != scale.shape:
-        raise ValueError(f"x: got shape {x.shape}, expected ref's {ref.shape} and scale's {scale.shape}")
-    if x.size == 0:
-        return 0.0, None
-    with np.errstate(invalid="ignore", over="ignore"):
-        r = np.abs(x - ref) / (u * scale + underflow_floor(output, compute_dtype, dims))
-    r = np.where(np.isfinite(x), r, np.inf)
-    i = int(np.argmax(r))
-    return float(r.flat[i]), tuple(int(j) for j in np.unravel_index(i, r.shape))

@@ -156,7 +156,7 @@ def _norm(x: np.ndarray) -> float:
 
 def build_arrays(spec: Spec, dtype: str, impl: str = ORACLE_IMPL) -> dict[str, np.ndarray]:
     """Every array of one case (golden.ARRAYS, less the absent state's), float64 "bhtd"."""
-    from . import _baseline, _budget, _judge, _verdict
+    from . import _baseline, _judge, _metrics, _verdict
     from .tolerances import UNIT_ROUNDOFF
 
     p = problem(spec, dtype)
@@ -197,10 +197,10 @@ def build_arrays(spec: Spec, dtype: str, impl: str = ORACLE_IMPL) -> dict[str, n
             x = _baseline.round_to(refs[kern][g], dtype)      # returned in the case's dtype
             errs[kern] = _norm(x - ref)
             fig["ref_err"][j, i] = errs[kern]
-            fig["ref_budget_ulps"][j, i] = _budget.budget_ulps(g, x, ref, sc, dtype, p.dims)[0]
+            fig["ref_budget_ulps"][j, i] = _metrics.budget_ulps(g, x, ref, sc, dtype, p.dims)[0]
         fig["floor_err"][i] = _verdict.calibrated_floor(fig["ref_norm"][i], dtype, dtype, g, p.dims,
                                                         ref.size)
-        fig["underflow_floor"][i] = _budget.underflow_floor(g, dtype, p.dims)
+        fig["underflow_floor"][i] = _metrics.underflow_floor(g, dtype, p.dims)
         for r, s in enumerate(STRUCTURES):
             cs = STRUCTURE_CHUNK[s]
             fig["baseline_err"][r, i] = max(_verdict.baseline_error(errs, cs), fig["floor_err"][i])

@@ -9,7 +9,7 @@ output. Nothing is judged against an oracle result that is not finite: ``Truth``
 ``NonFiniteError`` naming ``scale`` and the cause (``_oracle.nonfinite_report``) instead.
 Vector gates and packed sequences (``Problem.cu_seqlens``) go to the oracle, the scales and the
 reference kernels as they are; the proven bound, written for scalar gates of one sequence per row,
-sees them through ``_budget.budget_view`` (``Truth.budget_view``).
+sees them through ``_verdict.budget_view`` (``Truth.budget_view``).
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ class Truth:
     """Oracle results for one problem, computed on first use and timed separately."""
 
     def __init__(self, problem: Problem, scale: float, impl: str):
-        from ._oracle import _backend
+        from ._oracle import backend
 
         self.p, self.scale, self.impl = problem, scale, impl
-        self.be = _backend(impl)
+        self.be = backend(impl)
         self._fwd = None
         self._grads: dict[bool, tuple] = {}
         self._scales: dict[tuple[bool, bool], dict] = {}
@@ -137,10 +137,9 @@ class Truth:
 
     def budget_view(self):
         """(dims, log_alpha) of this problem as the proven bound takes them
-        (``_budget.budget_view``: vector gates and packed sequences as scalar-gate rows)."""
+        (``_verdict.budget_view``: vector gates and packed sequences as scalar-gate rows)."""
         if self._view is None:
-            from ._budget import budget_view
-            self._view = budget_view(self.p)
+            self._view = _verdict.budget_view(self.p)
         return self._view
 
     def reference(self, name: str, with_dh_T: bool) -> np.ndarray:
@@ -166,7 +165,7 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
     key = _verdict.reference_key(name, dlog_alpha_form)
     ref_out = {k: _baseline.round_to(v[key], dtype) for k, v in refs.items()}
     # the proven bound takes scalar gates of one sequence per row: vector gates and packed
-    # sequences are presented to it as such (_budget.budget_view)
+    # sequences are presented to it as such (_verdict.budget_view)
     dims, log_alpha = truth.budget_view()
     proven, proven_acc = compute_dtype, accumulate_dtype
     if operand_dtype is not None and UNIT_ROUNDOFF[operand_dtype] > UNIT_ROUNDOFF[compute_dtype]:

@@ -33,7 +33,9 @@ class Grads(NamedTuple):
     h0: np.ndarray
 
 
-def _backend(impl: str):
+def backend(impl: str):
+    """The oracle's implementation ``impl``: the module (``_numba`` or ``_reference``) whose
+    forward and vjp take canonical float64 arrays."""
     if impl == "numpy":
         from . import _reference
         return _reference
@@ -146,7 +148,7 @@ def forward(q, k, v, log_alpha, h0=None, *, scale=1.0, layout="bhtd", impl="numb
     p = _inputs.canonicalize(q, k, v, log_alpha, h0, layout=layout, allow_nonfinite=allow_nonfinite,
                              cu_seqlens=cu_seqlens)
     scale = _inputs.check_scale(scale)
-    be = _backend(impl)
+    be = backend(impl)
     with _quiet():
         o, h_T = be.forward(p.q, p.k, p.v, p.log_alpha, p.h0, scale, cu_seqlens=p.cu_seqlens)
     o = _inputs.from_canonical(o, "v", layout)
@@ -166,7 +168,7 @@ def vjp(q, k, v, log_alpha, h0, do, dh_T=None, *, scale=1.0, layout="bhtd", impl
     p = _inputs.canonicalize(q, k, v, log_alpha, h0, do, dh_T, layout=layout,
                              allow_nonfinite=allow_nonfinite, need_do=True, cu_seqlens=cu_seqlens)
     scale = _inputs.check_scale(scale)
-    be = _backend(impl)
+    be = backend(impl)
     with _quiet():
         dq, dk, dv, dla, dh0 = be.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, scale,
                                       cu_seqlens=p.cu_seqlens)
@@ -194,7 +196,7 @@ def dlog_alpha_identity(q, k, v, log_alpha, h0, do, dh_T=None, *, scale=1.0, lay
     p = _inputs.canonicalize(q, k, v, log_alpha, h0, do, dh_T, layout=layout,
                              allow_nonfinite=allow_nonfinite, need_do=True, cu_seqlens=cu_seqlens)
     scale = _inputs.check_scale(scale)
-    be = _backend(impl)
+    be = backend(impl)
     cu = p.cu_seqlens
     with _quiet():
         dqh, dkh, _, _, _ = be.vjp(p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, scale,

@@ -31,7 +31,7 @@ Non-finite values always fail. Below, the decisions behind the proven bound.
    kernel's error; in bfloat16 its effect (u * condition number) would dwarf the kernel's own
    arithmetic and hide real bugs behind it. The scales come from the same rounded inputs.
 
-2. Unit. budget_ulps = max_i |x_i - ref_i| / (u * scale_i + floor_i) (``_budget.budget_ulps``):
+2. Unit. budget_ulps = max_i |x_i - ref_i| / (u * scale_i + floor_i) (``_metrics.budget_ulps``):
    u is the unit roundoff of the compute dtype (``tolerances.UNIT_ROUNDOFF``): the dtype of the
    arrays the kernel receives (float32, bfloat16, float16, float64), or "tf32" for float32
    matmuls a GPU runs as TF32 (precision "default"/"high"), since that is the arithmetic
@@ -70,11 +70,12 @@ reason.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ._inputs import OUTPUTS, Dims
+from . import _metrics
+from ._inputs import OUTPUTS, Dims, Problem
 from .tolerances import UNIT_ROUNDOFF, lookup, tol
 
 # How a kernel computes dlog_alpha, when it says (``dlog_alpha_form``; None: unknown):
@@ -101,6 +102,23 @@ def reference_key(output: str, dlog_alpha_form: str | None) -> str:
     references' direct-form dlog_alpha (``log_alpha_direct``); every other output, and the
     identity or unknown form, with the output of the same name."""
     return "log_alpha_direct" if output == "log_alpha" and dlog_alpha_form == "direct" else output
+
+
+# the arithmetic a kernel's errors are measured in: its input dtype, or TF32 for float32 matmuls
+COMPUTE_DTYPES = ("float64", "float32", "tf32", "bfloat16", "float16")
+PRECISIONS = ("default", "high", "highest")
+
+
+def compute_dtype(dtype: str, precision: str, platform: str) -> str:
+    """The arithmetic the kernel's errors should be measured in units of.
+
+    16-bit inputs: their own format (what the kernel stores and feeds its matmuls). float32 on an
+    NVIDIA GPU under precision "default" or "high": TF32 (XLA's default for float32 matmuls there,
+    10 explicit mantissa bits). Otherwise the input dtype.
+    """
+    if dtype == "float32" and platform in ("gpu", "cuda") and precision in ("default", "high"):
+        return "tf32"
+    return dtype
 
 
 def _check_output(output: str) -> None:
@@ -173,6 +191,32 @@ def _bound_for_chunk(output: str, dims: Dims, C: int, log_alpha) -> float:
     lam = gate_mass(log_alpha, C) + positive_mass(log_alpha)
     g = tol("budget_gate_factor") * (C + 1) * lam + 1.0
     return accumulation_depth(output, dims, C) + g
+
+
+def budget_view(p: Problem) -> tuple[Dims, np.ndarray]:
+    """``(dims, log_alpha)`` to pass to the bound (``budget_bound`` / ``assess``, which
+    take scalar gates (B, H, T) of one sequence per row) for any problem ``p``.
+
+    Vector gates: each key dimension's gates are a scalar gate sequence of their own, so
+    log_alpha (B, H, T, dk) is viewed as (B, H * dk, T); the gate-mass terms then take the
+    largest chunk sum over every dimension. Packed sequences: each sequence starts its own chunks
+    at its first step, so the gates are laid out one sequence per row, zero-padded to the longest
+    length Lmax, and dims become B = N, T = Lmax (a correct kernel's error on a sequence depends
+    on its own length, never more than Lmax).
+    """
+    la = np.asarray(p.log_alpha, dtype=np.float64)
+    B, H, T = la.shape[:3]
+    if p.vector_gate:
+        la = np.moveaxis(la, 3, 2).reshape(B, H * la.shape[3], T)
+    if p.cu_seqlens is None:
+        return p.dims, la
+    cu = np.asarray(p.cu_seqlens)
+    lens = np.diff(cu)
+    L = int(lens.max()) if lens.size else 0
+    rows = np.zeros((len(lens), la.shape[1], L))
+    for n, (t0, t1) in enumerate(zip(cu[:-1], cu[1:])):
+        rows[n, :, :t1 - t0] = la[0, :, t0:t1]
+    return replace(p.dims, B=len(lens), T=L), rows
 
 
 def budget_bound(output: str, compute_dtype: str, dims: Dims, chunk_size: int | None = None, *,
@@ -281,13 +325,11 @@ def calibrated_floor(ref_norm: float, returned_dtype: str | None, compute_dtype:
     """The least baseline (normwise, absolute): one rounding of every element of the result in
     the dtype it was returned in, u_ret ||ref||_2 (u of the compute dtype when the returned
     dtype is unknown), plus the underflow allowance of every element
-    (``_budget.underflow_floor``). The reference kernels can be exact where a correct kernel
+    (``_metrics.underflow_floor``). The reference kernels can be exact where a correct kernel
     rounds once (T = 1, dk = dv = 1, exactly representable results)."""
-    from ._budget import underflow_floor
-
     u = lookup(UNIT_ROUNDOFF, returned_dtype or compute_dtype, "returned dtype")
     return (tol("calibrated_floor") * u * ref_norm
-            + math.sqrt(size) * underflow_floor(output, compute_dtype, dims))
+            + math.sqrt(size) * _metrics.underflow_floor(output, compute_dtype, dims))
 
 
 @dataclass
@@ -332,8 +374,6 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
     the compute dtype).
     dtype_label names the references' precision in messages (default: the compute dtype).
     """
-    from . import _metrics
-
     _check_output(output)
     x = np.asarray(x)
     count, first = _metrics.nonfinite(x)

@@ -27,7 +27,6 @@ dtype.
 
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any, Callable, Mapping
 
@@ -223,7 +222,7 @@ _INPUT_KEYS = ("q", "k", "v", "log_alpha", "h0", "do", "dh_T", "scale", "layout"
 def _dtype_arg(x: Any, name: str) -> str:
     """A dtype given by name or as a numpy/torch/JAX dtype, as its name."""
     from ._errors import DTypeError
-    from ._metrics import COMPUTE_DTYPES
+    from ._verdict import COMPUTE_DTYPES
 
     text = x if isinstance(x, str) else getattr(x, "name", None) or str(x).rsplit(".", 1)[-1]
     if not isinstance(text, str) or text not in COMPUTE_DTYPES:
@@ -262,7 +261,7 @@ def _received(args: dict[str, Any]):
     (nothing is rounded here: the oracle must see what the kernel saw)."""
     from ._errors import DTypeError
     from ._frameworks import dtype_name, to_host_float64
-    from ._inputs import ARRAYS, canonicalize, check_layout
+    from ._inputs import ARRAYS, canonicalize, check_layout, check_scale
     from ._problems import DTYPES, round_to_dtype
 
     layout = check_layout(args.get("layout") or "bhtd")
@@ -271,13 +270,7 @@ def _received(args: dict[str, Any]):
     if dtype not in DTYPES:
         raise DTypeError(f"dtype: got {dtype!r}, expected the dtype the kernel received, one of "
                          f"{DTYPES}")
-    scale = args.get("scale")
-    try:
-        scale = 1.0 if scale is None else float(scale)
-    except (TypeError, ValueError):
-        raise ValueError(f"scale: got {args.get('scale')!r}, expected a real number") from None
-    if not math.isfinite(scale):
-        raise ValueError(f"scale: got {scale}, expected a finite number")
+    scale = 1.0 if args.get("scale") is None else check_scale(args["scale"])
     arrays = {n: None if args.get(n) is None else to_host_float64(args[n], n) for n in ARRAYS}
     p = canonicalize(*(arrays[n] for n in ARRAYS), layout=layout)
     for n in ("q", "k", "v"):

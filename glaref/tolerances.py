@@ -234,7 +234,7 @@ TOLERANCES.update({
         "kernel returned the output in): one rounding of every element of the result, the error "
         "any correct kernel may make even where the reference kernels happen to be exact (T = 1, "
         "dk = dv = 1, exactly representable results). Plus the underflow allowance of every "
-        "element (_budget.underflow_floor).",
+        "element (_metrics.underflow_floor).",
     ),
 })
 TOLERANCES.update({

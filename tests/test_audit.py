@@ -19,7 +19,7 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 import glaref  # noqa: E402
-from glaref import _metrics  # noqa: E402
+from glaref import _metrics, _verdict  # noqa: E402
 from glaref._audit import AuditUsageError, summary  # noqa: E402
 from glaref._inputs import Dims  # noqa: E402
 from glaref.regimes import make_inputs  # noqa: E402
@@ -354,9 +354,9 @@ def test_metrics_on_known_values():
     assert m["rel_err"] == 0.1 and m["max_abs_err"] == 0.5
     assert _metrics.nonfinite(np.array([[1.0, 2.0], [np.inf, np.nan]])) == (2, [1, 0])
     assert _metrics.nonfinite(ref) == (0, None)
-    assert _metrics.compute_dtype("float32", "default", "gpu") == "tf32"
-    assert _metrics.compute_dtype("float32", "highest", "gpu") == "float32"
-    assert _metrics.compute_dtype("float32", "default", "cpu") == "float32"
+    assert _verdict.compute_dtype("float32", "default", "gpu") == "tf32"
+    assert _verdict.compute_dtype("float32", "highest", "gpu") == "float32"
+    assert _verdict.compute_dtype("float32", "default", "cpu") == "float32"
 
 
 # ---------------------------------------------------------------- no silent wrong answers (issues 10, 17)

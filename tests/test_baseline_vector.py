@@ -3,7 +3,7 @@
 Each new path is held to the float64 oracle on the same (float32-rounded) inputs, from outside:
 every output within the proven worst-case bound of a correct kernel of its structure
 (``_verdict.budget_bound``: chunked at C, the scan at C = 1, with the problem presented to the
-bound by ``_budget.budget_view``), and with an error of the size its arithmetic makes: float32
+bound by ``_verdict.budget_view``), and with an error of the size its arithmetic makes: float32
 sized when run in float32 (never float64's), float64 sized when run in float64, TF32 sized when
 its matmul operands are rounded to TF32. Packed sequences equal the sequences run one by one, to
 the last bit, and an empty sequence hands h0 (and dh_T) through unchanged.
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import glaref
-from glaref import _baseline, _budget, _verdict, regimes
+from glaref import _baseline, _budget, _metrics, _verdict, regimes
 from glaref._inputs import ARRAYS, OUTPUTS, Dims
 from glaref._metrics import rel_err
 from glaref.tolerances import tol
@@ -48,13 +48,13 @@ def _within_bound(kernel: str, p, res, ref, arith: str, operand: str | None = No
     """{output: (budget_ulps, bound)} of a reference kernel's results; dlog_alpha against the scale
     of the form the kernel uses (the scan: direct; chunked: the identity)."""
     scales = _budget.problem_scales(p, SCALE)
-    dims, la = _budget.budget_view(p)
+    dims, la = _verdict.budget_view(p)
     chunk = 1 if kernel == "scan" else CHUNK
     cdtype, acc = (operand, "float32") if operand else (arith, None)
     out = {}
     for n in OUTPUTS:
         sc = scales["log_alpha_identity" if n == "log_alpha" and kernel == "chunked" else n]
-        ulps = _budget.budget_ulps(n, res[n], ref[n], sc, cdtype, dims)[0]
+        ulps = _metrics.budget_ulps(n, res[n], ref[n], sc, cdtype, dims)[0]
         out[n] = (ulps, _verdict.budget_bound(n, cdtype, dims, chunk, log_alpha=la,
                                               accumulate_dtype=acc))
     return out

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import glaref
-from glaref import _budget, _reference, _verdict, regimes
+from glaref import _budget, _metrics, _reference, _verdict, regimes
 from glaref._inputs import OUTPUTS, Dims, Problem
 from glaref.tolerances import SMALLEST_NORMAL, UNIT_ROUNDOFF, tol
 
@@ -109,23 +109,23 @@ def test_budget_ulps_definition():
     ref = np.array([1.0, -2.0, 0.0, 5.0])
     scale = np.array([1.0, 4.0, 0.0, 5.0])
     x = ref + np.array([3 * u, -10 * u * 4.0, 0.0, 0.0])
-    ulps, where = _budget.budget_ulps("o", x, ref, scale, "float32", d)
-    floor = _budget.underflow_floor("o", "float32", d)
+    ulps, where = _metrics.budget_ulps("o", x, ref, scale, "float32", d)
+    floor = _metrics.underflow_floor("o", "float32", d)
     assert floor == 5 * 2 * SMALLEST_NORMAL["float32"]
     assert where == (1,)
     assert ulps == pytest.approx(10.0, rel=tol("figure_closed_form"))
     # an error where the scale is zero is measured against the underflow floor only
     x2 = ref.copy()
     x2[2] = 1e-3
-    assert _budget.budget_ulps("o", x2, ref, scale, "float32", d) == (1e-3 / floor, (2,))
+    assert _metrics.budget_ulps("o", x2, ref, scale, "float32", d) == (1e-3 / floor, (2,))
     x3 = ref.copy()
     x3[0] = np.nan
-    assert _budget.budget_ulps("o", x3, ref, scale, "float32", d)[0] == math.inf
-    assert _budget.budget_ulps("o", x[:0], ref[:0], scale[:0], "float32", d) == (0.0, None)
+    assert _metrics.budget_ulps("o", x3, ref, scale, "float32", d)[0] == math.inf
+    assert _metrics.budget_ulps("o", x[:0], ref[:0], scale[:0], "float32", d) == (0.0, None)
     with pytest.raises(ValueError, match="compute_dtype: got 'int8'"):
-        _budget.budget_ulps("o", x, ref, scale, "int8", d)
+        _metrics.budget_ulps("o", x, ref, scale, "int8", d)
     with pytest.raises(ValueError, match="output: got 'z'"):
-        _budget.budget_ulps("z", x, ref, scale, "float32", d)
+        _metrics.budget_ulps("z", x, ref, scale, "float32", d)
 
 
 def test_gate_mass_and_depth_by_hand():
@@ -272,7 +272,7 @@ def test_reference_in_low_precision_stays_within_the_bound(regime, dtype):
         for name, x in zip(OUTPUTS, (o, h_T) + tuple(g)):
             assert x.dtype == np.dtype(dtype)
             scale = s["log_alpha_identity"] if name == "log_alpha" else s[name]
-            ulps, where = _budget.budget_ulps(name, x, refs[name], scale, dtype, d)
+            ulps, where = _metrics.budget_ulps(name, x, refs[name], scale, dtype, d)
             assert np.isfinite(x.astype(np.float64)).all(), (regime, name)
             bound = _verdict.budget_bound(name, dtype, d, 1, log_alpha=w.log_alpha)
             assert ulps <= bound, f"{regime} T={d.T} {name}: budget_ulps {ulps} > {bound} at {where}"

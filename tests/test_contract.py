@@ -38,8 +38,8 @@ from hypothesis import strategies as st
 import glaref
 import glaref.strategies as gst
 from glaref import GlarefError, NonFiniteWarning
-from glaref._budget import underflow_floor
 from glaref._inputs import _KIND, ARRAYS, Dims
+from glaref._metrics import underflow_floor
 from glaref.regimes import make_inputs
 from glaref.tolerances import tol
 

@@ -188,8 +188,8 @@ def test_tf32_matmuls_pass_when_judged_as_tf32_accumulating_in_float32(regime, m
     # A bug when float32 is promised (test_mutant_is_flagged), it must pass when the audit knows
     # the compute dtype is TF32 with float32 accumulation, as the engine judges built-in kernels
     # on an NVIDIA GPU (compute_dtype "tf32", accumulate_dtype "float32").
-    from glaref import _metrics
-    monkeypatch.setattr(_metrics, "compute_dtype", lambda dtype, precision, platform: "tf32")
+    from glaref import _verdict
+    monkeypatch.setattr(_verdict, "compute_dtype", lambda dtype, precision, platform: "tf32")
     recs = run([mutants.MUTANTS["tf32_matmul"]], regime, chunk_size=mutants.MUTANT_CHUNK,
                accumulate_dtype="float32")
     assert all(r["compute_dtype"] == "tf32" and r["accumulate_dtype"] == "float32" for r in recs)

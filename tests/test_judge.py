@@ -462,7 +462,7 @@ def test_bad_arguments_name_the_argument():
         gt.assert_close_to_oracle(actual, **inputs, accumulate_dtype="bfloat16")
     with pytest.raises(ValueError, match=r"chunk_size: got 0, expected a positive integer"):
         gt.assert_close_to_oracle(actual, **inputs, chunk_size=0)
-    with pytest.raises(ValueError, match=r"scale: got 'x', expected a real number"):
+    with pytest.raises(DTypeError, match=r"scale: got 'x' \(builtins.str\), expected a real number"):
         gt.assert_close_to_oracle(actual, **inputs, scale="x")
     # vector gates are judged too: dlog_alpha then has log_alpha's shape (B, H, T, dk)
     with pytest.raises(ShapeError, match=r"actual\['log_alpha'\]: got shape \(1, 2, 6\), expected "

@@ -26,8 +26,9 @@ import glaref  # noqa: E402
 from glaref import kernels  # noqa: E402
 from glaref._audit._device import x64_scope  # noqa: E402
 from glaref._audit._presets import SEED_CONFIGS  # noqa: E402
-from glaref._budget import budget_ulps, problem_scales  # noqa: E402
+from glaref._budget import problem_scales  # noqa: E402
 from glaref._inputs import GRADS, OUTPUTS, Dims  # noqa: E402
+from glaref._metrics import budget_ulps  # noqa: E402
 from glaref._verdict import budget_bound  # noqa: E402
 from glaref.tolerances import tol  # noqa: E402
 

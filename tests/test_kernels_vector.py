@@ -4,7 +4,7 @@ oracle, in the style of tests/test_kernels.py: every expected value is the oracl
 bound of a correct kernel (glaref._verdict.budget_bound, dlog_alpha against the identity's
 scale) and, where the gates are well conditioned, normwise against the table's tolerance.
 
-The bound takes scalar gates of one sequence per row; ``_budget.budget_view`` presents vector
+The bound takes scalar gates of one sequence per row; ``_verdict.budget_view`` presents vector
 gates (one gate sequence per key dimension) and packed sequences (one row per sequence) that way.
 """
 
@@ -19,9 +19,10 @@ import jax.numpy as jnp  # noqa: E402
 import glaref  # noqa: E402
 from glaref import kernels  # noqa: E402
 from glaref._audit._device import x64_scope  # noqa: E402
-from glaref._budget import budget_ulps, budget_view, problem_scales  # noqa: E402
+from glaref._budget import problem_scales  # noqa: E402
 from glaref._inputs import GRADS, OUTPUTS  # noqa: E402
-from glaref._verdict import budget_bound  # noqa: E402
+from glaref._metrics import budget_ulps  # noqa: E402
+from glaref._verdict import budget_bound, budget_view  # noqa: E402
 from glaref.kernels._chunked_vector import sub_chunk  # noqa: E402
 from glaref.tolerances import tol  # noqa: E402
 

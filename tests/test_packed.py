@@ -46,7 +46,7 @@ def _one_by_one(p, cu, impl, scale, dh_T=True, per_head=False):
         a = (p.q[:, :, t], p.k[:, :, t], p.v[:, :, t], p.log_alpha[:, :, t], p.h0[n:n + 1])
         o, h_T = glaref.forward(*a, scale=scale, impl=impl)
         if per_head:
-            g = glaref._oracle._backend(impl).vjp(*a, p.do[:, :, t], p.dh_T[n:n + 1] if dh_T else None,
+            g = glaref._oracle.backend(impl).vjp(*a, p.do[:, :, t], p.dh_T[n:n + 1] if dh_T else None,
                                                   scale, per_head=True)
         else:
             g = glaref.vjp(*a, p.do[:, :, t], p.dh_T[n:n + 1] if dh_T else None, scale=scale, impl=impl)

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .. import _budget, _judge, _metrics, _problems, _verdict
+from .. import _judge, _metrics, _problems, _verdict
 from .._errors import AuditUsageError, GlarefError, NonFiniteError
 from .._inputs import (
     _KIND,
@@ -269,8 +269,8 @@ def _offsets(packing, T: int, seed: int) -> np.ndarray | None:
 def _warm_oracle(impl: str, gate: str = "scalar", packed: bool = False) -> None:
     """Compile the Numba oracle (if cached, load it) outside every timing, for the gate kind
     and packing the audit runs."""
-    from .._oracle import _backend
-    be = _backend(impl)
+    from .._oracle import backend
+    be = backend(impl)
     rng = np.random.default_rng(0)
     q = rng.standard_normal((1, 1, 3, 2))
     v = rng.standard_normal((1, 1, 3, 2))
@@ -334,7 +334,7 @@ def _judged(rec: dict[str, Any], per: dict[str, Any], canonical: dict[str, np.nd
     _judge.locate_nonfinite(per, canonical, layout)   # the first bad index in the caller's layout
     direct: dict[str, Any] = {}
     if "log_alpha" in per:   # the direct form's budget_ulps beside the identity's
-        direct["log_alpha"] = _budget.budget_ulps(
+        direct["log_alpha"] = _metrics.budget_ulps(
             "log_alpha", canonical["log_alpha"], truth.reference("log_alpha", final),
             truth.scales(final, True)["log_alpha"], cdtype, truth.budget_view()[0])[0]
     failures = [a.reason for a in per.values() if not a.ok]
@@ -380,7 +380,7 @@ class _Run:
         self.precision, self.layout, self.scale = precision, layout, scale
         self.repeats, self.seed = repeats, seed
         self.memory_guard = memory_guard
-        self.cdtype = _metrics.compute_dtype(dtype, precision, device.platform)
+        self.cdtype = _verdict.compute_dtype(dtype, precision, device.platform)
 
     def precision_ctx(self):
         if self.precision == "default":
@@ -639,7 +639,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
         configs, seqs, modes, pre=pre, dtype=dtype, layout=layout, scale=scale, seed=seed,
         chunk_size=chunk_size, accumulate_dtype=accumulate_dtype, regimes=regimes,
         oracle_impl=oracle_impl)
-    _choices("precision", precision, _metrics.PRECISIONS)
+    _choices("precision", precision, _verdict.PRECISIONS)
     reps = pre.repeats if repeats is None else _integer("repeats", repeats, 0)
     try:
         _verdict.check_dlog_alpha_form(dlog_alpha_form)
@@ -656,7 +656,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
 
     jax = _device.import_jax()
     device = _device.select_device(backend)
-    cdtype = _metrics.compute_dtype(dtype, precision, device.platform)
+    cdtype = _verdict.compute_dtype(dtype, precision, device.platform)
     _check_accumulate(accumulate_dtype, cdtype)
     x64 = _device.x64_scope() if dtype == "float64" else contextlib.nullcontext()
     with x64, jax.default_device(device):
@@ -871,11 +871,11 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
         seed=seed, chunk_size=chunk_size, accumulate_dtype=accumulate_dtype, regimes=regimes,
         oracle_impl=oracle_impl)
     cdtype = dtype if compute_dtype is None else _choices("compute_dtype", compute_dtype,
-                                                          _metrics.COMPUTE_DTYPES)[0]
+                                                          _verdict.COMPUTE_DTYPES)[0]
     _check_accumulate(accumulate_dtype, cdtype)
     acc = _judge.accumulate_for(accumulate_dtype, cdtype)
     if operand_dtype is not None:
-        _choices("operand_dtype", operand_dtype, _metrics.COMPUTE_DTYPES)
+        _choices("operand_dtype", operand_dtype, _verdict.COMPUTE_DTYPES)
     try:
         _verdict.check_dlog_alpha_form(dlog_alpha_form)
     except ValueError as exc:
