@@ -127,7 +127,7 @@ TOLERANCES.update({
 })
 
 
-# ---- error budgets and the verdict rule (glaref/_budget.py, glaref/_verdict.py, docs/budgets.md) ----
+# ---- error budgets and the verdict rule (glaref/_budget.py, _metrics.py, _verdict.py, docs/budgets.md)
 # Smallest positive *normal* number of each format: the most a product or sum can lose to
 # underflow when subnormals are flushed to zero (XLA does so on CPU and GPU).
 SMALLEST_NORMAL = {
