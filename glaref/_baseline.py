@@ -124,15 +124,42 @@ def _direct_dla(M, q_in, k_in, carried, st):
     return st(straddle + st(after @ q_in) + st(before @ k_in) + carried[:, :, None])
 
 
+def _sweep(q, k, v, la, h0, do, dh_T, scale, st, grads, C, decays, forward, backward):
+    """The chunk loop of both chunked kernels: a forward sweep over chunks of C steps keeping the
+    state before each, then (``grads``) the reverse sweep carrying the state's cotangent dS.
+    ``decays(t0, t1)``: one chunk's decay factors; ``forward(Q, K, V, S, dec)`` -> (o of the
+    chunk, S_next); ``backward(Q, K, V, dO, S, S_next, dS, dec)`` -> (dq, dk, dv, dlog_alpha by
+    the identity, dlog_alpha in the direct form, dS before the chunk). dO is do * scale."""
+    T = q.shape[2]
+    N = max(1, -(-T // C))
+    bounds = [(n * C, min(T, (n + 1) * C)) for n in range(N)]
+    o = np.empty(v.shape, q.dtype)
+    S = h0.copy()
+    states = [S]                                                      # state before each chunk
+    for t0, t1 in bounds:
+        c = slice(t0, t1)
+        o[:, :, c], S = forward(q[:, :, c], k[:, :, c], v[:, :, c], S, decays(t0, t1))
+        states.append(S)
+    h_T = S
+    if not grads:
+        return o, h_T
+    dq, dk, dv, dla, dla_d = (np.empty_like(x) for x in (q, k, v, la, la))
+    dS = np.zeros_like(h_T) if dh_T is None else dh_T.copy()
+    for n in reversed(range(N)):
+        t0, t1 = bounds[n]
+        c = slice(t0, t1)
+        dO = st(do[:, :, c] * scale)
+        dq[:, :, c], dk[:, :, c], dv[:, :, c], dla[:, :, c], dla_d[:, :, c], dS = backward(
+            q[:, :, c], k[:, :, c], v[:, :, c], dO, states[n], states[n + 1], dS, decays(t0, t1))
+    return o, h_T, dq, dk, dv, dla, dS, dla_d
+
+
 def _chunked(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK):
     """The chunked kernel on per-head arrays (B, H, T, d) in the working dtype."""
-    B, H, T, dk = q.shape
-    dv = v.shape[3]
     dt = q.dtype
     st = lambda x: round_to(x, storage)          # noqa: E731
     mm = lambda a, b: _mm(a, b, operand, storage)  # noqa: E731
-    N = max(1, -(-T // C))
-    bounds = [(n * C, min(T, (n + 1) * C)) for n in range(N)]
+    sw = lambda x: np.swapaxes(x, -1, -2)        # noqa: E731
 
     def decays(t0, t1):
         # exponents b_i - b_j as segment sums sum_{j < s <= i} log_alpha_s, each accumulated in
@@ -151,39 +178,22 @@ def _chunked(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK)
         eb_rest = np.exp(lc @ (i[:, None] > i[None, :]).astype(dt))                  # exp(b_last - b_j)
         return D, eb, eb_rest, eb_last
 
-    o = np.empty((B, H, T, dv), dt)
-    S = h0.copy()
-    states = [S]                                                      # state before each chunk
-    for t0, t1 in bounds:
-        D, eb, eb_rest, eb_last = decays(t0, t1)
-        Q, K, V = q[:, :, t0:t1], k[:, :, t0:t1], v[:, :, t0:t1]
-        A = st(mm(Q, np.swapaxes(K, -1, -2)) * D)
-        o[:, :, t0:t1] = st(scale * st(_fma(eb[..., None], mm(Q, S), mm(A, V))))
-        S = st(_fma(eb_last[..., None, None], S, mm(np.swapaxes(st(K * eb_rest[..., None]), -1, -2), V)))
-        states.append(S)
-    h_T = S
-    if not grads:
-        return o, h_T
-    dq = np.empty_like(q)
-    dk = np.empty_like(k)
-    dvv = np.empty_like(v)
-    dla = np.empty_like(la)
-    dla_d = np.empty_like(la)
-    dS = np.zeros_like(h_T) if dh_T is None else dh_T.copy()
-    for n in reversed(range(N)):
-        t0, t1 = bounds[n]
-        S, S_next = states[n], states[n + 1]
-        D, eb, eb_rest, eb_last = decays(t0, t1)
-        Q, K, V = q[:, :, t0:t1], k[:, :, t0:t1], v[:, :, t0:t1]
-        dO = st(do[:, :, t0:t1] * scale)
-        A = st(mm(Q, np.swapaxes(K, -1, -2)) * D)
-        QK = st(mm(Q, np.swapaxes(K, -1, -2)))
-        dA = st(mm(dO, np.swapaxes(V, -1, -2)) * D)
-        dq_in = st(eb[..., None] * mm(dO, np.swapaxes(S, -1, -2)))      # from the entering state
-        dk_in = st(eb_rest[..., None] * mm(V, np.swapaxes(dS, -1, -2)))  # from the leaving cotangent
+    def forward(Q, K, V, S, dec):
+        D, eb, eb_rest, eb_last = dec
+        A = st(mm(Q, sw(K)) * D)
+        o = st(scale * st(_fma(eb[..., None], mm(Q, S), mm(A, V))))
+        return o, st(_fma(eb_last[..., None, None], S, mm(sw(st(K * eb_rest[..., None])), V)))
+
+    def backward(Q, K, V, dO, S, S_next, dS, dec):
+        D, eb, eb_rest, eb_last = dec
+        A = st(mm(Q, sw(K)) * D)
+        QK = st(mm(Q, sw(K)))
+        dA = st(mm(dO, sw(V)) * D)
+        dq_in = st(eb[..., None] * mm(dO, sw(S)))                       # from the entering state
+        dk_in = st(eb_rest[..., None] * mm(V, sw(dS)))                  # from the leaving cotangent
         dq_c = st(mm(dA, K) + dq_in)
-        dk_c = st(mm(np.swapaxes(dA, -1, -2), Q) + dk_in)
-        dv_c = st(_fma(eb_rest[..., None], mm(K, dS), mm(np.swapaxes(A, -1, -2), dO)))
+        dk_c = st(mm(sw(dA), Q) + dk_in)
+        dv_c = st(_fma(eb_rest[..., None], mm(K, dS), mm(sw(A), dO)))
         # q_s . dq_s - k_s . dk_s: the in-chunk parts from the same products M_ij = dA_ij (q_i . k_j)
         # (q_i . dq_i^intra = sum_j M_ij, k_j . dk_j^intra = sum_i M_ij), so that they cancel
         # term by term instead of as two rounded totals
@@ -193,14 +203,14 @@ def _chunked(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK)
         tail = st(np.sum(S_next * dS, axis=(-2, -1)))
         # sum_{t <= s < end} w_s as a product with the 0/1 matrix [s >= t] (what kernels do,
         # accumulated by BLAS like every other sum here)
-        suffix = np.tril(np.ones((t1 - t0, t1 - t0), dt))
-        dla[:, :, t0:t1] = st(st(w @ suffix) + tail[..., None])
-        dla_d[:, :, t0:t1] = _direct_dla(M, st(np.sum(Q * dq_in, axis=-1)),
-                                         st(np.sum(K * dk_in, axis=-1)),
-                                         st(eb_last * np.sum(S * dS, axis=(-2, -1))), st)
-        dq[:, :, t0:t1], dk[:, :, t0:t1], dvv[:, :, t0:t1] = dq_c, dk_c, dv_c
-        dS = st(_fma(eb_last[..., None, None], dS, mm(np.swapaxes(st(Q * eb[..., None]), -1, -2), dO)))
-    return o, h_T, dq, dk, dvv, dla, dS, dla_d
+        suffix = np.tril(np.ones((Q.shape[2],) * 2, dt))
+        dla = st(st(w @ suffix) + tail[..., None])
+        dla_d = _direct_dla(M, st(np.sum(Q * dq_in, axis=-1)), st(np.sum(K * dk_in, axis=-1)),
+                            st(eb_last * np.sum(S * dS, axis=(-2, -1))), st)
+        dS = st(_fma(eb_last[..., None, None], dS, mm(sw(st(Q * eb[..., None])), dO)))
+        return dq_c, dk_c, dv_c, dla, dla_d, dS
+
+    return _sweep(q, k, v, la, h0, do, dh_T, scale, st, grads, C, decays, forward, backward)
 
 
 def _chunked_vector(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK):
@@ -221,13 +231,10 @@ def _chunked_vector(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C
     from the same products M[i, j] = dOV[i, j] q_i o KD[i, j] so that they cancel term by term.
     Every exponent is a segment sum accumulated in the working dtype, as in :func:`_chunked`.
     Memory: (B, H, C, C, dk) per chunk."""
-    B, H, T, dk = q.shape
     dt = q.dtype
     st = lambda x: round_to(x, storage)          # noqa: E731
     mm = lambda a, b: _mm(a, b, operand, storage)  # noqa: E731
     sw = lambda x: np.swapaxes(x, -1, -2)        # noqa: E731
-    N = max(1, -(-T // C))
-    bounds = [(n * C, min(T, (n + 1) * C)) for n in range(N)]
 
     def decays(t0, t1):
         # per key dimension, as in _chunked: every exponent a segment sum accumulated in the
@@ -248,31 +255,14 @@ def _chunked_vector(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C
         # A[i, j] = q_i . KD[i, j]: one (1 x dk) (dk x L) product per query
         return mm(Q[:, :, :, None, :], sw(KD))[:, :, :, 0, :]
 
-    o = np.empty(v.shape, dt)
-    S = h0.copy()
-    states = [S]                                                      # state before each chunk
-    for t0, t1 in bounds:
-        D, eb, eb_rest, eb_last = decays(t0, t1)
-        Q, K, V = q[:, :, t0:t1], k[:, :, t0:t1], v[:, :, t0:t1]
+    def forward(Q, K, V, S, dec):
+        D, eb, eb_rest, eb_last = dec
         A = st(scores(Q, st(D * K[:, :, None])))
-        o[:, :, t0:t1] = st(scale * st(mm(st(Q * eb), S) + mm(A, V)))
-        S = st(_fma(eb_last[..., None], S, mm(sw(st(K * eb_rest)), V)))
-        states.append(S)
-    h_T = S
-    if not grads:
-        return o, h_T
-    dq = np.empty_like(q)
-    dk_ = np.empty_like(k)
-    dvv = np.empty_like(v)
-    dla = np.empty_like(la)
-    dla_d = np.empty_like(la)
-    dS = np.zeros_like(h_T) if dh_T is None else dh_T.copy()
-    for n in reversed(range(N)):
-        t0, t1 = bounds[n]
-        S, S_next = states[n], states[n + 1]
-        D, eb, eb_rest, eb_last = decays(t0, t1)
-        Q, K, V = q[:, :, t0:t1], k[:, :, t0:t1], v[:, :, t0:t1]
-        dO = st(do[:, :, t0:t1] * scale)
+        o = st(scale * st(mm(st(Q * eb), S) + mm(A, V)))
+        return o, st(_fma(eb_last[..., None], S, mm(sw(st(K * eb_rest)), V)))
+
+    def backward(Q, K, V, dO, S, S_next, dS, dec):
+        D, eb, eb_rest, eb_last = dec
         KD = st(D * K[:, :, None])                                     # KD[i, j] = k_j o e^{b_i - b_j}
         QD = st(np.swapaxes(D, 2, 3) * Q[:, :, None])                  # QD[j, i] = q_i o e^{b_i - b_j}
         A = st(scores(Q, KD))
@@ -289,13 +279,14 @@ def _chunked_vector(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C
         w = st(np.sum(M, axis=3) - np.sum(M, axis=2) + Q * dq_in - K * dk_in)
         tail = st(np.sum(S_next * dS, axis=-1))                       # (B, H, dk)
         # sum_{t <= s < end} w_s as a product with the 0/1 matrix [t <= s]
-        suffix = np.triu(np.ones((t1 - t0, t1 - t0), dt))
-        dla[:, :, t0:t1] = st(st(suffix @ w) + tail[:, :, None, :])
-        dla_d[:, :, t0:t1] = _direct_dla(M, st(Q * dq_in), st(K * dk_in),
-                                         st(eb_last * np.sum(S * dS, axis=-1)), st)
-        dq[:, :, t0:t1], dk_[:, :, t0:t1], dvv[:, :, t0:t1] = dq_c, dk_c, dv_c
+        suffix = np.triu(np.ones((Q.shape[2],) * 2, dt))
+        dla = st(st(suffix @ w) + tail[:, :, None, :])
+        dla_d = _direct_dla(M, st(Q * dq_in), st(K * dk_in),
+                            st(eb_last * np.sum(S * dS, axis=-1)), st)
         dS = st(_fma(eb_last[..., None], dS, mm(sw(st(Q * eb)), dO)))
-    return o, h_T, dq, dk_, dvv, dla, dS, dla_d
+        return dq_c, dk_c, dv_c, dla, dla_d, dS
+
+    return _sweep(q, k, v, la, h0, do, dh_T, scale, st, grads, C, decays, forward, backward)
 
 
 # ------------------------------------------------------------------------------------ scan
