@@ -641,11 +641,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
         oracle_impl=oracle_impl)
     _choices("precision", precision, _verdict.PRECISIONS)
     reps = pre.repeats if repeats is None else _integer("repeats", repeats, 0)
-    try:
-        _verdict.check_dlog_alpha_form(dlog_alpha_form)
-    except ValueError as exc:
-        raise AuditUsageError(str(exc)) from None
-    _check_user_options(impl_list, chunk_size, accumulate_dtype, dlog_alpha_form)
+    _check_user_options(impl_list, chunk_size, accumulate_dtype, _form(dlog_alpha_form))
     if backend is not None and not isinstance(backend, str):
         raise AuditUsageError(f"backend: got {backend!r}, expected a platform name such as "
                               "'cpu' or 'gpu', or None")
@@ -667,18 +663,12 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
                     for i in impl_list]
         run = _Run(device=device, dtype=dtype, precision=precision, layout=layout, scale=scale,
                    repeats=reps, seed=seed, memory_guard=memory_guard)
-        header = {
-            "device": _device.device_info(device, precision),
-            "config": {"device": device.platform, "configs": {k: list(v) for k, v in cfgs.items()},
-                       "seq_lens": seq_list, "impls": [s.name for s in subjects], "repeats": reps,
-                       "modes": mode_list, "dtype": dtype, "precision": precision, "layout": layout,
-                       "scale": scale, "seed": seed, "regimes": regime_list, "oracle": oracle,
-                       "preset": preset, "chunk_size": chunk_size,
-                       "accumulate_dtype": accumulate_dtype,
-                       "dlog_alpha_form": dlog_alpha_form, "gate": gate,
-                       "cu_seqlens": (None if packing is None else f"{RANDOM_PACKING}{packing}"
-                                      if isinstance(packing, int) else packing.tolist())},
-        }
+        header = _header(
+            device, precision, configs={k: list(v) for k, v in cfgs.items()}, seq_lens=seq_list,
+            impls=[s.name for s in subjects], repeats=reps, modes=mode_list, dtype=dtype,
+            layout=layout, scale=scale, seed=seed, regimes=regime_list, oracle=oracle,
+            preset=preset, chunk_size=chunk_size, accumulate_dtype=accumulate_dtype,
+            dlog_alpha_form=dlog_alpha_form, gate=gate, packing=packing)
         writer = _report.JsonWriter(json_path, header) if json_path else None
         if writer:
             writer.write()
@@ -694,6 +684,24 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
                            seed=seed, dtype=dtype, gate=gate, packing=packing, scale=scale,
                            oracle=oracle)
     return sink.records
+
+
+def _form(dlog_alpha_form) -> str | None:
+    """dlog_alpha_form checked (None, "identity" or "direct"), or a usage error naming it."""
+    try:
+        return _verdict.check_dlog_alpha_form(dlog_alpha_form)
+    except ValueError as exc:
+        raise AuditUsageError(str(exc)) from None
+
+
+def _header(device, precision: str, *, packing, **config) -> dict[str, Any]:
+    """The report's header: the device, and the audit's configuration as run (``config``: the
+    checked arguments; ``packing`` written as the offsets, "random:N" or None)."""
+    cu = (None if packing is None else f"{RANDOM_PACKING}{packing}" if isinstance(packing, int)
+          else packing.tolist())
+    return {"device": _device.device_info(device, precision),
+            "config": {"device": device.platform, **config, "precision": precision,
+                       "cu_seqlens": cu}}
 
 
 def _check_user_options(impl_list: list, chunk_size, accumulate_dtype,
@@ -876,10 +884,7 @@ def audit_kernel(kernel: Callable, *, framework: str, detected: bool = False, co
     acc = _judge.accumulate_for(accumulate_dtype, cdtype)
     if operand_dtype is not None:
         _choices("operand_dtype", operand_dtype, _verdict.COMPUTE_DTYPES)
-    try:
-        _verdict.check_dlog_alpha_form(dlog_alpha_form)
-    except ValueError as exc:
-        raise AuditUsageError(str(exc)) from None
+    _form(dlog_alpha_form)
     gate = _gate(gate)
     if framework == "numpy":     # forward only: one "fwd" row where fwd_bwd was asked for
         mode_list = list(dict.fromkeys("fwd" for _ in mode_list))
