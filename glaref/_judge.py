@@ -164,6 +164,10 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
     sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
     key = _verdict.reference_key(name, dlog_alpha_form)
     ref_out = {k: _baseline.round_to(v[key], dtype) for k, v in refs.items()}
+    # dlog_alpha of an undeclared form: the direct form's references, to say when declaring it
+    # would sharpen the verdict
+    direct_out = ({k: _baseline.round_to(v["log_alpha_direct"], dtype) for k, v in refs.items()}
+                  if name == "log_alpha" and dlog_alpha_form is None else None)
     # the proven bound takes scalar gates of one sequence per row: vector gates and packed
     # sequences are presented to it as such (_verdict.budget_view)
     dims, log_alpha = truth.budget_view()
@@ -177,7 +181,7 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
                            compute_dtype=proven, dims=dims,
                            log_alpha=log_alpha, reference_outputs=ref_out,
                            chunk_size=chunk_size, accumulate_dtype=proven_acc,
-                           returned_dtype=dtype)
+                           returned_dtype=dtype, direct_outputs=direct_out)
 
 
 def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[str, str], *,

@@ -70,7 +70,7 @@ reason.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -320,6 +320,38 @@ def baseline_error(errors: dict[str, float], chunk_size: int | None) -> float:
     return max([c] + [math.sqrt(c * x) for x in others] + [m_over_R * x for x in others])
 
 
+def looseness_notes(output: str, errors: dict[str, float], chunk_size: int | None,
+                    direct_errors: dict[str, float] | None, floor: float) -> list[str]:
+    """Where an undeclared property of the kernel made this output's verdict looser than the
+    declared one would be by more than the allowed ratio R (a kernel of that property could then
+    err over R^2 times its own error and pass): one sentence each, saying what sharpens it.
+
+    Structure (chunk_size None): the baseline against that of a kernel declaring 64-step chunks
+    (the chunked reference alone). dlog_alpha form (``direct_errors``: the references' errors in
+    the direct form, given when the form is unknown): the baseline against the direct form's.
+    Both floored as the verdict floors them."""
+    R = tol("calibrated_ratio")
+    notes = []
+    base = max(baseline_error(errors, chunk_size), floor)
+    if chunk_size is None and "chunked" in errors:
+        sharp = max(errors["chunked"], floor)
+        if base > R * sharp:
+            worst = max(("scan", "chunked_wide"), key=lambda k: errors[k])
+            who = "a step-by-step scan" if worst == "scan" else "256-step chunks"
+            notes.append(f"{output}: chunk structure unknown, so held to {base / sharp:.3g}x the "
+                         f"64-step chunked reference's error ({who}, a correct kernel, errs "
+                         f"{errors[worst] / errors['chunked']:.3g}x it here); give chunk_size "
+                         "(--chunk-size) for a sharper verdict")
+    if direct_errors is not None:
+        sharp = max(baseline_error(direct_errors, chunk_size), floor)
+        if base > R * sharp:
+            notes.append(f"{output}: dlog_alpha form not declared, so held to the "
+                         f"reverse-cumsum identity's references, which err {base / sharp:.3g}x "
+                         "the direct form's here; a kernel computing the direct form should "
+                         "declare dlog_alpha_form='direct' (--dlog-alpha-form direct)")
+    return notes
+
+
 def calibrated_floor(ref_norm: float, returned_dtype: str | None, compute_dtype: str, output: str,
                      dims: Dims, size: int) -> float:
     """The least baseline (normwise, absolute): one rounding of every element of the result in
@@ -348,6 +380,7 @@ class Assessment:
     first_nonfinite: list[int] | None = None
     failed_tier: str | None = None  # None (passed), "nonfinite", "calibrated", "proven", "undecided"
     reason: str = ""
+    notes: list[str] = field(default_factory=list)   # where the verdict is looser (looseness_notes)
 
     @property
     def ok(self) -> bool:
@@ -361,7 +394,8 @@ def _norm(x: np.ndarray) -> float:
 def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_alpha,
            reference_outputs: dict[str, np.ndarray] | None, chunk_size: int | None = None,
            accumulate_dtype: str | None = None, dtype_label: str | None = None,
-           returned_dtype: str | None = None) -> Assessment:
+           returned_dtype: str | None = None,
+           direct_outputs: dict[str, np.ndarray] | None = None) -> Assessment:
     """Figures and the two-tier verdict of one output (module docstring).
 
     x: the kernel's value (any real float dtype, canonical layout); ref: the oracle's float64
@@ -373,6 +407,9 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
     returned_dtype: the dtype the kernel returned this output in (the floor's rounding; None:
     the compute dtype).
     dtype_label names the references' precision in messages (default: the compute dtype).
+    direct_outputs: for dlog_alpha of an undeclared form, the references' direct-form values,
+    only to say (``Assessment.notes``, ``looseness_notes``) when declaring
+    the direct form would sharpen the verdict.
     """
     _check_output(output)
     x = np.asarray(x)
@@ -394,10 +431,14 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
     err = _norm(x64 - ref)
     if reference_outputs is not None:
         errs = {k: _norm(np.asarray(v, dtype=np.float64) - ref) for k, v in reference_outputs.items()}
-        base = max(baseline_error(errs, chunk_size),
-                   calibrated_floor(ref_norm, returned_dtype, compute_dtype, output, dims, ref.size))
+        floor = calibrated_floor(ref_norm, returned_dtype, compute_dtype, output, dims, ref.size)
+        base = max(baseline_error(errs, chunk_size), floor)
         a.baseline_rel_err = base / ref_norm if ref_norm else base
         a.ratio = 0.0 if err == 0 else (err / base if base > 0 else math.inf)
+        direct = (None if direct_outputs is None else
+                  {k: _norm(np.asarray(v, dtype=np.float64) - ref) for k, v in direct_outputs.items()})
+        if math.isfinite(base):
+            a.notes = looseness_notes(output, errs, chunk_size, direct, floor)
     if a.budget_ulps is not None and a.budget_ulps > bound:
         acc = "" if accumulate_dtype is None else f", accumulating in {accumulate_dtype}"
         a.failed_tier = "proven"

@@ -207,6 +207,8 @@ def _audit(ns: argparse.Namespace) -> int:
         print()
         print(_report.legend())
         print()
+    for note in _report.notes(records):
+        print(note)
     print(line)
     if ns.plot:
         _report.plot(records, ns.plot)

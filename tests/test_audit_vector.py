@@ -223,13 +223,20 @@ def test_cli_exit_2_for_bad_packing(capsys):
 
 
 def test_cli_dlog_alpha_form_for_user_kernels(capsys, tmp_path):
+    # undeclared, a direct-form kernel passes against the identity's references, and a note says
+    # how much sharper the declaration would be; declared, it is held to the direct form's
+    args = ("--impl", "glaref.kernels:chunked", "--gate", "vector", "--regime", "strong_decay",
+            "--seq", "130")
+    code, out, err = run_cli(capsys, *args)
+    notes = [ln for ln in out.splitlines() if ln.startswith("note: ")]
+    assert code == 0 and len(notes) == 1, out + err
+    assert "log_alpha: dlog_alpha form not declared" in notes[0]
+    assert notes[0].endswith("(--dlog-alpha-form direct)")
     path = tmp_path / "r.json"
-    code, out, err = run_cli(capsys, "--impl", "glaref.kernels:chunked", "--gate", "vector",
-                             "--regime", "strong_decay", "--seq", "40", "--dlog-alpha-form", "direct",
-                             "--json", str(path))
-    assert code == 0, out + err
+    code, out, err = run_cli(capsys, *args, "--dlog-alpha-form", "direct", "--json", str(path))
+    assert code == 0 and "note: " not in out, out + err
     doc = json.loads(path.read_text())
     assert doc["config"]["dlog_alpha_form"] == "direct"
-    assert [r["dlog_alpha_form"] for r in doc["results"]] == ["direct"]
+    assert [(r["dlog_alpha_form"], r["notes"]) for r in doc["results"]] == [("direct", [])]
     code, _, err = run_cli(capsys, "--impl", "scan", "--dlog-alpha-form", "direct")
     assert code == 2 and "--dlog-alpha-form: got 'direct', but it describes user kernels" in err

@@ -117,6 +117,26 @@ def test_a_declared_dlog_alpha_form_binds_and_sharpens():
         _judge.assess_output(t, "log_alpha", *la, dlog_alpha_form="autodiff", **kw)
 
 
+def test_looseness_notes_say_when_a_declaration_would_sharpen_the_verdict():
+    # the rule of docs/budgets.md section 8 on given reference errors: unknown structure widens
+    # the baseline to max(c, sqrt(c s), sqrt(c w), m s / R, m w / R); a note when that exceeds
+    # R times the 64-step chunked reference's (here m s / R = 1.5 * 200 / 6 = 50 > 6)
+    from glaref._verdict import looseness_notes
+
+    errs = {"scan": 200.0, "chunked": 1.0, "chunked_wide": 2.0}
+    (note,) = looseness_notes("h_T", errs, None, None, floor=0.0)
+    assert note.startswith("h_T: chunk structure unknown, so held to 50x the 64-step chunked "
+                           "reference's error (a step-by-step scan, a correct kernel, errs 200x"), note
+    assert looseness_notes("h_T", errs, 64, None, floor=0.0) == []      # declared
+    # s = 20: max(sqrt(20), 1.5 * 20 / 6) = 5 < 6, no note
+    assert looseness_notes("h_T", {**errs, "scan": 20.0}, None, None, floor=0.0) == []
+    assert looseness_notes("h_T", errs, None, None, floor=100.0) == []  # the floor decides anyway
+    (note,) = looseness_notes("log_alpha", {"chunked": 8.0}, 64, {"chunked": 1.0}, floor=0.0)
+    assert note.startswith("log_alpha: dlog_alpha form not declared, so held to the "
+                           "reverse-cumsum identity's references, which err 8x the direct form's")
+    assert looseness_notes("log_alpha", {"chunked": 5.0}, 64, {"chunked": 1.0}, floor=0.0) == []
+
+
 def test_injection_and_threshold_are_what_they_say():
     # a systematic injection of eps is a normwise relative error of exactly eps on top of the
     # kernel's own, so the threshold found is where the verdict's ratio crosses the allowed one

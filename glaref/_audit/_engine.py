@@ -357,6 +357,7 @@ def _judged(rec: dict[str, Any], per: dict[str, Any], canonical: dict[str, np.nd
     rec["ok"] = not failures
     rec["failed_tier"] = {n: a.failed_tier for n, a in per.items() if not a.ok}
     rec["failures"] = failures
+    rec["notes"] = [note for a in per.values() for note in a.notes]
     rec["verdict"] = _report.verdict(rec)
     # the oracle's own time on these inputs (never part of the kernel's figures)
     wanted = ["forward", "scales", "reference_scan", "reference_chunked"] if mode == "fwd" else \

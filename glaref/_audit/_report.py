@@ -30,7 +30,7 @@ RECORD_ADDITIONS = (
     "budget_ulps", "budget_bound", "budget_ulps_direct", "nonfinite", "nonfinite_first_index",
     "dtype", "compute_dtype", "precision", "layout", "regime", "seed", "scale", "final_state",
     "chunk_size", "accumulate_dtype", "dlog_alpha_form", "gate", "cu_seqlens", "ok", "failed_tier",
-    "failures", "verdict", "oracle_ms",
+    "failures", "notes", "verdict", "oracle_ms",
 )
 
 ERR_COLUMNS = OUTPUTS
@@ -301,6 +301,16 @@ def summary(records: list[dict[str, Any]]) -> tuple[int, str]:
         return 3, (f"INCOMPLETE: {len(measured)} rows {within}, {len(skipped)} of {len(records)} "
                    f"skipped by glaref (first: {_where(r)}: {r['skipped']})")
     return 0, f"OK: {len(measured)} rows {within}"
+
+
+def notes(records: list[dict[str, Any]], most: int = 6) -> list[str]:
+    """The rows' notes (``_verdict.looseness_notes``: where an undeclared chunk structure or
+    dlog_alpha form left a verdict looser than a declaration would), one line each with its row,
+    at most ``most`` and a count of the rest (all are in the JSON report)."""
+    lines = [f"note: {_where(r)}: {n}" for r in records for n in r.get("notes") or []]
+    if len(lines) > most:
+        lines = lines[:most] + [f"note: {len(lines) - most} more in the records' 'notes'"]
+    return lines
 
 
 def _ratio() -> float:
