@@ -268,14 +268,17 @@ def dlog_alpha_form(name: str, gate: str) -> str:
     return "identity" if name in ("chunked_identity", "cumsum_decays") else "direct"
 
 
-def zoo() -> dict:
-    """{name: kernel}: every correct kernel of the zoo (jax imported on first use)."""
-    out = {f"chunked{C}": _builtin("chunked", chunk_size=C) for C in ZOO_CHUNKS}
+def _builtins(chunks) -> dict:
+    """glaref.kernels.chunked at each chunk size, the scan and the checkpointed scan."""
+    out = {f"chunked{C}": _builtin("chunked", chunk_size=C) for C in chunks}
     out["scan"] = _builtin("scan")
     out["scan_checkpointed"] = _builtin("scan", checkpoint_every=16)
-    out["quadratic"] = quadratic
-    out["chunked_direct"] = chunked_direct
     return out
+
+
+def zoo() -> dict:
+    """{name: kernel}: every correct kernel of the zoo (jax imported on first use)."""
+    return {**_builtins(ZOO_CHUNKS), "quadratic": quadratic, "chunked_direct": chunked_direct}
 
 
 def weaker() -> dict:
@@ -286,9 +289,5 @@ def weaker() -> dict:
 
 def vector_zoo() -> dict:
     """{name: kernel}: every correct kernel of the zoo that takes vector gates."""
-    out = {f"chunked{C}": _builtin("chunked", chunk_size=C) for C in VECTOR_ZOO_CHUNKS}
-    out["scan"] = _builtin("scan")
-    out["scan_checkpointed"] = _builtin("scan", checkpoint_every=16)
-    out["quadratic"] = quadratic_vector
-    out["chunked_identity"] = chunked_identity_vector
-    return out
+    return {**_builtins(VECTOR_ZOO_CHUNKS), "quadratic": quadratic_vector,
+            "chunked_identity": chunked_identity_vector}
