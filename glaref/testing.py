@@ -163,9 +163,8 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
         autodiff); None (unknown) judges it as the identity, which errs up to ~40x more under
         strong decay, so "direct" gives a sharper dlog_alpha check. gate: "scalar" (log_alpha
         (B, H, T)) or "vector" (GLA's per-key-dimension gates, log_alpha (B, H, T, dk); the
-        kernel returns dlog_alpha of that shape). configs, seqs, regimes,
-        dtype, modes, seed: the engine's; they default to a few seconds' worth of small cases
-        on a CPU.
+        kernel returns dlog_alpha of that shape). configs, seqs, regimes, dtype, modes, seed:
+        the engine's; they default to a few seconds' worth of small cases on a CPU.
     backend, precision: JAX only (the device platform; jax's matmul precision, which makes
         float32 "tf32" on an NVIDIA GPU). device, compute_dtype: torch and NumPy only (where
         torch puts the inputs, "cpu" or "cuda"; the arithmetic the errors are measured in, by
