@@ -99,6 +99,42 @@ def test_dlog_alpha_sensitivity_of_either_form(regime):
         assert not wrong.ok and wrong.failed_tier == "calibrated", wrong.reason
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("config", ["g2h8_d128", "g1h24_dk128_dv64", "g1h1_d128", "g2h4_dk48_dv40"])
+def test_vector_zoo_passes_at_the_seed_configs(config, dtype):
+    """The vector zoo on the seed's four configs (batch 1, heads at most 8, T = 512, one seed),
+    every default regime whose sizes follow the config and mixed_dims, judged with the CLI's
+    defaults and with each member's declared dlog_alpha form (bfloat16 inputs accumulating in
+    float32); the quadratic form where its decay matrices fit."""
+    from glaref._audit._presets import SEED_CONFIGS
+
+    B, G, H, dk, dv = SEED_CONFIGS[config]
+    dims = Dims(1, G, min(H, 8), 512, dk, dv)
+    acc = None if dtype == "float32" else "float32"
+    judge = {**JUDGE, "compute_dtype": dtype, "accumulate_dtype": acc}
+    bad = []
+    for regime in ZOO_REGIMES:
+        for d in regimes.REGIMES[regime].cases(dims):
+            p = regimes.make_inputs(regime, d, 0, gate="vector")
+            r = lambda x: np.asarray(x).astype(jnp_dtype(dtype)).astype(np.float64)  # noqa: E731
+            truth = _judge.Truth(p._replace(**{n: r(getattr(p, n)) for n in ARRAYS}), 1.0, "numba")
+            for name, fn in VECTOR_ZOO.items():
+                if name == "quadratic" and not zoo.quadratic_fits(d, vector=True):
+                    continue
+                outs, dts = _sensitivity.jax_outputs(fn, truth, dtype)
+                for form in dict.fromkeys((None, zoo.dlog_alpha_form(name, "vector"))):
+                    bad += [f"{regime} {name} [{form}] T={d.T}: {a.reason}" for a in
+                            _judge.assess_outputs(truth, outs, dts, dlog_alpha_form=form,
+                                                  **judge).values() if not a.ok]
+    assert not bad, bad
+
+
+def jnp_dtype(name: str):
+    import jax.numpy as jnp
+    return jnp.dtype(name)
+
+
 def tf32_operands(q, k, v, log_alpha, h0):
     """glaref.kernels.chunked with q, k, v and h0 rounded to TF32 (10 explicit mantissa bits, as
     an NVIDIA GPU rounds float32 matmul operands at JAX's default precision) before use."""
