@@ -44,7 +44,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from . import _common as c
-from ._chunked import _GATE_PRECISION, _chunk, _Config, _put, _residual_free
+from ._chunks import _GATE_PRECISION, _chunk, _Config, _put, _residual_free
 
 SUB = 16   # largest sub-chunk
 
@@ -150,7 +150,7 @@ def _sweep(cfg: _Config, Q, K, V, LA, S0, *, outputs: bool):
 
 
 def _backward(cfg: _Config, prepared, do, dh_T):
-    """The grouped, padded (dS0, dQ, dK, dV, dLA) (``_chunked._residual_free``)."""
+    """The grouped, padded (dS0, dQ, dK, dV, dLA) (``_chunks._residual_free``)."""
     Q, K, V, LA, S0, T, cdt, _ = prepared
     B, G, R, dk, dv = S0.shape
     C = cfg.chunk_size

@@ -20,6 +20,7 @@ import numpy as np
 from jax import lax
 
 from .._errors import DTypeError, LayoutError, ShapeError
+from .._inputs import check_cu_seqlens
 
 LAYOUTS = ("bhtd", "bthd")
 
@@ -190,8 +191,6 @@ def pad_time(x, axis: int, T_padded: int):
 
 def static_cu_seqlens(cu_seqlens, B: int, T: int) -> np.ndarray:
     """cu_seqlens as concrete int64 offsets, validated like the oracle's (errors name it)."""
-    from .._inputs import check_cu_seqlens
-
     if isinstance(cu_seqlens, jax.core.Tracer):   # the offsets decide shapes: they must be known
         raise ValueError("cu_seqlens: got a traced array, expected concrete offsets (a numpy "
                          "array, a list or a JAX array created outside jit)")
