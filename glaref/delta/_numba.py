@@ -1,0 +1,306 @@
+"""The Numba float64 oracle of the gated delta rule: the functions and signatures of
+``glaref.delta._reference``, compiled.
+
+    forward(q, k, v, beta, log_alpha, h0, scale, cu_seqlens=None) -> (o, h_T)
+    vjp(q, k, v, beta, log_alpha, h0, do, dh_T, scale, per_head=False, cu_seqlens=None)
+        -> (dq, dk, dv, dbeta, dlog_alpha, dh0)
+
+The equations are the reference's (docs/math_delta.md, sections 1 and 2), step by step, each
+step as a few passes over the rows i of the state S (dk, dv), row-major, so that the inner
+loops run over dv contiguous numbers:
+
+    forward, pass 1   S~[i] = a_i S[i];  p += k_i S~[i]           (p = S~^T k)
+            then      r = v - p,  u = beta r
+            pass 2    S[i] = S~[i] + k_i u;  o_acc += q_i S[i]   (o = scale S^T q)
+    backward, pass 1  G[i] = C[i] + scale q_i do;  du += k_i G[i]
+                      dq_i = scale S_t[i] . do;  gu_i = G[i] . u
+            then      dv = beta du,  dbeta = r . du,  w = beta du
+            pass 2    S~[i] = a_i S_{t-1}[i];  D[i] = G[i] - k_i w        (D = dS~)
+                      dk_i = gu_i - S~[i] . w;  dlog_alpha(_i) += S~[i] . D[i];  C[i] = a_i D[i]
+
+Row dot products use ``glaref._numba._dot`` (eight partial sums in a fixed order); every other
+loop is an axpy over j whose order does not depend on anything. The backward keeps the state
+every ``checkpoint_interval(T)`` steps (~ sqrt(T)) in a per-worker buffer and recomputes the
+states of one block at a time from its checkpoint (never by inverting a step).
+
+Determinism: kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs over workers
+that take independent items, (sequence, group) pairs, with the time loop serial inside and a
+group's heads in order: head 0 writes dq and dk, the others add, left to right. When there are
+fewer (sequence, group) items than threads, the items are (sequence, head) pairs with per-head
+dq, dk summed afterwards in the same head order (``glaref._numba._group_sum_kernel``): both give
+the same bits, for any number of threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import get_num_threads, njit, prange
+
+from .._numba import _dot, _group_sum_kernel, _spans
+from .._reference import checkpoint_interval
+
+_JIT = dict(fastmath=False, cache=True)
+
+
+@njit(**_JIT)
+def _alphas(la_t, a):  # pragma: no cover - compiled
+    """a[i] = exp(log_alpha_t[i]) for a vector gate, or exp(log_alpha_t[0]) for every row."""
+    dk = a.shape[0]
+    if la_t.shape[0] == 1:
+        x = np.exp(la_t[0])
+        for i in range(dk):
+            a[i] = x
+    else:
+        for i in range(dk):
+            a[i] = np.exp(la_t[i])
+
+
+@njit(**_JIT)
+def _step(S, a, beta_t, k_t, v_t, r, u):  # pragma: no cover - compiled
+    """S <- S_t from S_{t-1} in place; r = v - S~^T k and u = beta r written on the way."""
+    dk, dv = S.shape
+    for j in range(dv):
+        r[j] = 0.0
+    for i in range(dk):
+        ai = a[i]
+        ki = k_t[i]
+        for j in range(dv):
+            s = ai * S[i, j]
+            S[i, j] = s
+            r[j] += ki * s
+    for j in range(dv):
+        r[j] = v_t[j] - r[j]
+        u[j] = beta_t * r[j]
+    for i in range(dk):
+        ki = k_t[i]
+        for j in range(dv):
+            S[i, j] += ki * u[j]
+
+
+@njit(**_JIT)
+def _forward_head(q, k, v, beta, la, h0, scale, o, h_T):  # pragma: no cover - compiled
+    """One (sequence, head): q, k (T, dk), v (T, dv), beta (T,), la (T, 1 or dk); o (T, dv) and
+    h_T (dk, dv) written."""
+    T, dk = q.shape
+    dv = v.shape[1]
+    S = h_T
+    S[:, :] = h0
+    a = np.empty(dk)
+    r = np.empty(dv)
+    u = np.empty(dv)
+    acc = np.empty(dv)
+    for t in range(T):
+        _alphas(la[t], a)
+        _step(S, a, beta[t], k[t], v[t], r, u)
+        for j in range(dv):
+            acc[j] = 0.0
+        for i in range(dk):
+            qi = q[t, i]
+            for j in range(dv):
+                acc[j] += qi * S[i, j]
+        for j in range(dv):
+            o[t, j] = scale * acc[j]
+
+
+@njit(parallel=True, **_JIT)
+def _forward_kernel(q, k, v, beta, la, h0, scale, sb, st0, st1, o, h_T):  # pragma: no cover
+    """All (sequence, head) pairs, independent; time serial inside each."""
+    G = q.shape[1]
+    H = v.shape[1]
+    hpg = H // G
+    NS = sb.shape[0]
+    for item in prange(NS * H):
+        n = item // H
+        h = item - n * H
+        g = h // hpg
+        b, t0, t1 = sb[n], st0[n], st1[n]
+        _forward_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1], beta[b, h, t0:t1],
+                      la[b, h, t0:t1], h0[n, h], scale, o[b, h, t0:t1], h_T[n, h])
+
+
+@njit(**_JIT)
+def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accumulate, dv,
+              dbeta, dla, dh0, ckpt, states, rs):  # pragma: no cover - compiled
+    """One (sequence, head). dq, dk (T, dk) written, or added to when ``accumulate``.
+    ckpt (>= ceil(T / C), dk, dv), states (C + 1, dk, dv), rs (C, dv): per-worker scratch."""
+    T, dk_ = q.shape
+    dv_ = v.shape[1]
+    vector = la.shape[1] != 1
+    a = np.empty(dk_)
+    u = np.empty(dv_)
+    S = np.empty((dk_, dv_))
+    S[:, :] = h0
+    # Pass 1: the state before every block of C steps.
+    for t in range(T):
+        if t % C == 0:
+            ckpt[t // C] = S
+        _alphas(la[t], a)
+        _step(S, a, beta[t], k[t], v[t], u, u)
+    # Pass 2: blocks in reverse; Cc carries dL/dS_t from the later steps.
+    Cc = dh0
+    if has_dh_T:
+        Cc[:, :] = dh_T
+    else:
+        Cc[:, :] = 0.0
+    du = np.empty(dv_)
+    w = np.empty(dv_)
+    St = np.empty(dv_)
+    D = np.empty(dv_)
+    gu = np.empty(dk_)
+    for c in range((T + C - 1) // C - 1, -1, -1):
+        start = c * C
+        L = min(C, T - start)
+        states[0] = ckpt[c]
+        for j in range(L):
+            states[j + 1] = states[j]
+            _alphas(la[start + j], a)
+            _step(states[j + 1], a, beta[start + j], k[start + j], v[start + j], rs[j], u)
+        for j in range(L - 1, -1, -1):
+            t = start + j
+            S_t = states[j + 1]
+            S_p = states[j]
+            r = rs[j]
+            b_t = beta[t]
+            q_t, k_t, do_t = q[t], k[t], do[t]
+            _alphas(la[t], a)
+            for m in range(dv_):
+                du[m] = 0.0
+                u[m] = b_t * r[m]
+            for i in range(dk_):
+                sq = scale * q_t[i]
+                ki = k_t[i]
+                Gi = Cc[i]
+                for m in range(dv_):
+                    g = Gi[m] + sq * do_t[m]
+                    Gi[m] = g
+                    du[m] += ki * g
+                x = scale * _dot(S_t[i], do_t)
+                if accumulate:
+                    dq[t, i] += x
+                else:
+                    dq[t, i] = x
+                gu[i] = _dot(Gi, u)
+            for m in range(dv_):
+                dv[t, m] = b_t * du[m]
+                w[m] = b_t * du[m]
+            dbeta[t] = _dot(r, du)
+            total = 0.0
+            for i in range(dk_):
+                ai = a[i]
+                ki = k_t[i]
+                Gi = Cc[i]
+                Spi = S_p[i]
+                for m in range(dv_):
+                    St[m] = ai * Spi[m]
+                    D[m] = Gi[m] - ki * w[m]
+                x = gu[i] - _dot(St, w)
+                if accumulate:
+                    dk[t, i] += x
+                else:
+                    dk[t, i] = x
+                y = _dot(St, D)
+                if vector:
+                    dla[t, i] = y
+                else:
+                    total += y
+                for m in range(dv_):
+                    Gi[m] = ai * D[m]
+            if not vector:
+                dla[t, 0] = total
+
+
+@njit(parallel=True, **_JIT)
+def _vjp_kernel(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, n_workers, sb, st0, st1,
+                per_head, dq, dk, dv, dbeta, dla, dh0):  # pragma: no cover - compiled
+    """Workers over items (item p to worker p % n_workers): (sequence, head) pairs when
+    ``per_head`` (dq, dk (B, H, T, dk)), else (sequence, group) items whose heads run in order,
+    adding into dq, dk (B, G, T, dk)."""
+    G = q.shape[1]
+    T, dk_ = q.shape[2], q.shape[3]
+    H, dv_ = v.shape[1], v.shape[3]
+    hpg = H // G
+    NS = sb.shape[0]
+    n_blocks = max(1, (T + C - 1) // C)
+    per_item = H if per_head else G
+    heads = 1 if per_head else hpg
+    for wk in prange(n_workers):
+        ckpt = np.empty((n_blocks, dk_, dv_))
+        states = np.empty((C + 1, dk_, dv_))
+        rs = np.empty((C, dv_))
+        for item in range(wk, NS * per_item, n_workers):
+            n = item // per_item
+            x = item - n * per_item
+            g = x // hpg if per_head else x
+            b, t0, t1 = sb[n], st0[n], st1[n]
+            for j in range(heads):
+                h = x if per_head else g * hpg + j
+                _vjp_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1], beta[b, h, t0:t1],
+                          la[b, h, t0:t1], h0[n, h], do[b, h, t0:t1],
+                          dh_T[n, h] if has_dh_T else dh_T[0, 0], has_dh_T, scale, C,
+                          dq[b, x, t0:t1], dk[b, x, t0:t1], j > 0, dv[b, h, t0:t1],
+                          dbeta[b, h, t0:t1], dla[b, h, t0:t1], dh0[n, h], ckpt, states, rs)
+
+
+def _c64(x):
+    return np.ascontiguousarray(x, dtype=np.float64)
+
+
+def _gates(log_alpha):
+    """log_alpha as the kernels take it: scalar gates get a trailing axis of 1."""
+    return log_alpha if log_alpha.ndim == 4 else log_alpha[..., None]
+
+
+def forward(q, k, v, beta, log_alpha, h0, scale=1.0, cu_seqlens=None):
+    """Return (o, h_T). o: (B, H, T, dv), h_T: (B, H, dk, dv) ((N, H, dk, dv) with cu_seqlens)."""
+    q, k, v, beta, log_alpha, h0 = (_c64(x) for x in (q, k, v, beta, log_alpha, h0))
+    B, H, T, dv = v.shape
+    dk = q.shape[3]
+    sb, st0, st1 = _spans(B, T, cu_seqlens)
+    o = np.zeros((B, H, T, dv))
+    h_T = np.empty((len(sb), H, dk, dv))
+    _forward_kernel(q, k, v, beta, _c64(_gates(log_alpha)), h0, float(scale), sb, st0, st1, o,
+                    h_T)
+    return o, h_T
+
+
+def vjp(q, k, v, beta, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False,
+        cu_seqlens=None):
+    """Return (dq, dk, dv, dbeta, dlog_alpha, dh0): the gradient of
+    L = sum(o * do) + sum(h_T * dh_T). ``per_head=True``: dq, dk per head (B, H, T, dk)."""
+    q, k, v, beta, log_alpha, h0, do = (_c64(x) for x in (q, k, v, beta, log_alpha, h0, do))
+    B, G, T, dk = q.shape
+    H, dv = v.shape[1], v.shape[3]
+    sb, st0, st1 = _spans(B, T, cu_seqlens)
+    NS = len(sb)
+    la4 = _c64(_gates(log_alpha))
+    has_dh_T = dh_T is not None
+    dh_T_arr = _c64(dh_T) if has_dh_T else np.zeros((1, 1, dk, dv))
+    dvv = np.zeros((B, H, T, dv))
+    dbeta = np.zeros((B, H, T))
+    dla4 = np.zeros(la4.shape)
+    dla = dla4 if log_alpha.ndim == 4 else dla4[..., 0]
+    dh0 = np.empty((NS, H, dk, dv))
+    if H == 0:
+        qk_shape = (B, 0, T, dk) if per_head else (B, G, T, dk)
+        return np.zeros(qk_shape), np.zeros(qk_shape), dvv, dbeta, dla, dh0
+    C = checkpoint_interval(T)
+    n_threads = get_num_threads()
+    grouped = not (per_head or G == H or NS * G < n_threads)
+    n_workers = max(1, min(n_threads, NS * G if grouped else NS * H))
+    args = (q, k, v, beta, la4, h0, do, dh_T_arr, has_dh_T, float(scale), C, n_workers,
+            sb, st0, st1)
+    if grouped:
+        dq = np.zeros((B, G, T, dk))
+        dkg = np.zeros((B, G, T, dk))
+        _vjp_kernel(*args, False, dq, dkg, dvv, dbeta, dla4, dh0)
+        return dq, dkg, dvv, dbeta, dla, dh0
+    dqh = np.zeros((B, H, T, dk))
+    dkh = np.zeros((B, H, T, dk))
+    _vjp_kernel(*args, True, dqh, dkh, dvv, dbeta, dla4, dh0)
+    if per_head or G == H:
+        return dqh, dkh, dvv, dbeta, dla, dh0
+    dq = np.empty((B, G, T, dk))
+    dkg = np.empty((B, G, T, dk))
+    _group_sum_kernel(dqh, dq)
+    _group_sum_kernel(dkh, dkg)
+    return dq, dkg, dvv, dbeta, dla, dh0
