@@ -12,16 +12,17 @@ loops run over dv contiguous numbers:
     forward, pass 1   S~[i] = a_i S[i];  p += k_i S~[i]           (p = S~^T k)
             then      r = v - p,  u = beta r
             pass 2    S[i] = S~[i] + k_i u;  o_acc += q_i S[i]   (o = scale S^T q)
-    backward, pass 1  G[i] = C[i] + scale q_i do;  du += k_i G[i]
-                      dq_i = scale S_t[i] . do;  gu_i = G[i] . u
+    backward, on the block's recomputation   dq_i = scale S_t[i] . do
+              pass 1  G[i] = C[i] + scale q_i do;  du += k_i G[i];  gu_i = G[i] . u
             then      dv = beta du,  dbeta = r . du,  w = beta du
             pass 2    S~[i] = a_i S_{t-1}[i];  D[i] = G[i] - k_i w        (D = dS~)
                       dk_i = gu_i - S~[i] . w;  dlog_alpha(_i) += S~[i] . D[i];  C[i] = a_i D[i]
 
 Row dot products use ``glaref._numba._dot`` (eight partial sums in a fixed order); every other
 loop is an axpy over j whose order does not depend on anything. The backward keeps the state
-every ``checkpoint_interval(T)`` steps (~ sqrt(T)) in a per-worker buffer and recomputes the
-states of one block at a time from its checkpoint (never by inverting a step).
+every ``block_size(T)`` steps (32 up to T = 8192, then T / 256) in a per-worker buffer and
+recomputes the states of one block at a time from its checkpoint (never by inverting a step):
+small blocks keep the recomputed states near the cache, and the time linear in T.
 
 Determinism: kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs over workers
 that take independent items, (sequence, group) pairs, with the time loop serial inside and a
@@ -37,9 +38,16 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from .._numba import _dot, _group_sum_kernel, _spans
-from .._reference import checkpoint_interval
 
 _JIT = dict(fastmath=False, cache=True)
+BLOCK = 32            # steps between stored states, at least
+MAX_CHECKPOINTS = 256  # states stored per worker, at most (longer sequences get longer blocks)
+
+
+def block_size(T: int) -> int:
+    """Steps between the backward's stored states: 32, or T / 256 (rounded up) for T > 8192, so
+    that a worker keeps at most 256 states plus one block of recomputed ones."""
+    return max(BLOCK, -(-T // MAX_CHECKPOINTS))
 
 
 @njit(**_JIT)
@@ -150,14 +158,23 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
     for c in range((T + C - 1) // C - 1, -1, -1):
         start = c * C
         L = min(C, T - start)
+        # Recompute S_{t-1} and r_t of the block; dq_t = scale S_t do_t needs no carry, so
+        # it is taken here, from the state just computed.
         states[0] = ckpt[c]
         for j in range(L):
+            t = start + j
             states[j + 1] = states[j]
-            _alphas(la[start + j], a)
-            _step(states[j + 1], a, beta[start + j], k[start + j], v[start + j], rs[j], u)
+            S_t = states[j + 1]
+            _alphas(la[t], a)
+            _step(S_t, a, beta[t], k[t], v[t], rs[j], u)
+            for i in range(dk_):
+                x = scale * _dot(S_t[i], do[t])
+                if accumulate:
+                    dq[t, i] += x
+                else:
+                    dq[t, i] = x
         for j in range(L - 1, -1, -1):
             t = start + j
-            S_t = states[j + 1]
             S_p = states[j]
             r = rs[j]
             b_t = beta[t]
@@ -174,11 +191,6 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
                     g = Gi[m] + sq * do_t[m]
                     Gi[m] = g
                     du[m] += ki * g
-                x = scale * _dot(S_t[i], do_t)
-                if accumulate:
-                    dq[t, i] += x
-                else:
-                    dq[t, i] = x
                 gu[i] = _dot(Gi, u)
             for m in range(dv_):
                 dv[t, m] = b_t * du[m]
@@ -283,7 +295,7 @@ def vjp(q, k, v, beta, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False,
     if H == 0:
         qk_shape = (B, 0, T, dk) if per_head else (B, G, T, dk)
         return np.zeros(qk_shape), np.zeros(qk_shape), dvv, dbeta, dla, dh0
-    C = checkpoint_interval(T)
+    C = block_size(T)
     n_threads = get_num_threads()
     grouped = not (per_head or G == H or NS * G < n_threads)
     n_workers = max(1, min(n_threads, NS * G if grouped else NS * H))
