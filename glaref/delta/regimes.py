@@ -17,8 +17,8 @@ log_alpha = logsigmoid(N(0, 1) + 2) (alpha ~ 0.88, Gated DeltaNet's mild forgett
     gate_one        log_alpha = 0 exactly (DeltaNet; FLA issue 389)
     strong_decay    log_alpha = logsigmoid(N(0, 1)) / 0.1, down to ~ -30 per step
     positive        log_alpha ~ U(0, 4 / T): the state grows, exp(sum) <= e^4
-    converged       h0 = W, v_t = W^T k_t + 1e-6 N(0, 1), near-one gates: v_t - S~_t^T k_t
-                    ~ 1e-6 |v| cancels (in bfloat16 the residual rounds to zero)
+    converged       h0 = W, v_t = W^T k_t + 1e-6 N(0, 1), log_alpha = 0: the state stays ~ W
+                    and v_t - S~_t^T k_t ~ 1e-6 |v| cancels (in bfloat16 it rounds to zero)
     near_one_long   log_alpha ~ -1e-4 U(0.5, 1.5) at T = 4096 (dk, dv <= 16)
     h0_dominant     h0 ~ 1e3 N(0, 1), alpha ~ 0.98
     unnormalised    k ~ N(0, 1/dk) not normalised: beta ||k||^2 spreads over (0, ~4), steps
@@ -135,9 +135,8 @@ REGIMES: dict[str, Regime] = {r.name: r for r in (
                  / STRONG_DECAY_DIVISOR)),
     Regime("positive", "log_alpha ~ U(0, 4/T) > 0: growth, exp(sum) <= e^4",
            _Draw(gates=lambda rng, s, T: rng.uniform(0.0, 4.0 / max(T, 1), s))),
-    Regime("converged", "h0 = W, v = W^T k + 1e-6 N(0,1), near-one gates: v - S~^T k ~ 1e-6",
-           _Draw(gates=lambda rng, s, T: NEAR_ONE_LOG_ALPHA * rng.uniform(0.5, 1.5, s),
-                 converged=True)),
+    Regime("converged", "h0 = W, v = W^T k + 1e-6 N(0,1), log_alpha = 0: v - S~^T k ~ 1e-6",
+           _Draw(gates=lambda rng, s, T: np.zeros(s), converged=True)),
     Regime("near_one_long", "log_alpha ~ -1e-4 U(0.5, 1.5) at T = 4096, dk, dv <= 16",
            _Draw(gates=lambda rng, s, T: NEAR_ONE_LOG_ALPHA * rng.uniform(0.5, 1.5, s)),
            _long),
