@@ -239,3 +239,16 @@ def test_import_glaref_loads_neither_numba_nor_jax():
 def test_public_face():
     assert set(gd.__all__) == {"Grads", "Scales", "forward", "regimes", "scales", "vjp"}
     assert glaref.delta is gd
+
+
+def test_scales_overflow_is_explained():
+    """Gate 1, L2 keys, beta ~ 1: the sum of |terms| grows by up to 2x a step and overflows float64
+    (1e306 at T = 1200, measured) while the values stay O(1)."""
+    x, cot = make_case(1, 1, 1, 3000, 2, 2, gates="zero", l2=True)
+    x = (*x[:3], np.full(x[3].shape, 0.99), *x[4:])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        o, h_T = gd.forward(*x)
+    assert np.isfinite(o).all() and np.abs(h_T).max() < 1e3
+    with pytest.warns(glaref.NonFiniteWarning, match=r"sums of \|terms\| exceed float64's range"):
+        gd.scales(*x, *cot)

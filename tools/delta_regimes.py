@@ -90,11 +90,67 @@ def measure(regime: str, gate: str, seed: int = 0) -> list[dict]:
     return rows
 
 
+def trust_figures() -> list[str]:
+    """The worst figure of each trust check of tests/test_delta_trust.py, measured on its cases
+    (the checks' own helpers, loaded from the test file)."""
+    import importlib.util
+
+    import glaref.delta as gd
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    spec = importlib.util.spec_from_file_location(
+        "test_delta_trust", os.path.join(sys.path[0], "test_delta_trust.py"))
+    t = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = t
+    spec.loader.exec_module(t)
+    cs, fd, mp, jx = {}, {}, {}, {}
+    for name, dims, kw, scale in t.SMALL:
+        x, cot = t.make_case(*dims, **kw)
+        g = gd.vjp(*x, *cot, scale=scale)
+        rng = np.random.default_rng(1)
+        for i, n in enumerate(t.NAMES):
+            u = rng.standard_normal(x[i].shape)
+            xc = [a.astype(complex) for a in x]
+            xc[i] = xc[i] + 1j * 1e-30 * u
+            d = float(np.imag(t.loss(xc, cot, scale))) / 1e-30
+            gi = getattr(g, n)
+            cs[n] = max(cs.get(n, 0.0), abs(d - np.sum(gi * u)) / np.sum(np.abs(gi * u)))
+            h = 1e-5 * max(1.0, float(np.max(np.abs(x[i]))))
+            xp, xm = list(x), list(x)
+            xp[i], xm[i] = x[i] + h * u, x[i] - h * u
+            f = lambda *a: gd.forward(*a[:6], scale=a[6])  # noqa: E731
+            d = (t.loss(xp, cot, scale, f) - t.loss(xm, cot, scale, f)) / (2 * h)
+            fd[n] = max(fd.get(n, 0.0), abs(d - np.sum(gi * u)) / np.sum(np.abs(gi * u)))
+        if name in t.MP_CASES:
+            exact = t.mp_reference(x, cot, scale)
+            o, h_T = gd.forward(*x, scale=scale)
+            ours = dict(zip(OUTS, (o, h_T, *g)))
+            for n in OUTS:
+                mp[n] = max(mp.get(n, 0.0), rel(ours[n], exact[n]))
+    for _name, dims, kw, scale in t.JAX_CASES:
+        x, cot = t.make_case(*dims, **kw)
+        want = t.jax_scan_vjp(x, cot, scale)
+        o, h_T = gd.forward(*x, scale=scale)
+        ours = dict(zip(OUTS, (o, h_T, *gd.vjp(*x, *cot, scale=scale))))
+        for n in OUTS:
+            jx[n] = max(jx.get(n, 0.0), rel(ours[n], want[n]))
+    fmt = lambda d: "  ".join(f"{n} {v:.1e}" for n, v in d.items())  # noqa: E731
+    return ["trust of glaref.delta (tests/test_delta_trust.py's cases; worst per output):",
+            f"  mpmath 50 digits, normwise relative ({', '.join(t.MP_CASES)}): {fmt(mp)}",
+            f"  complex step, |cs - vjp| / sum|g u| ({len(t.SMALL)} cases): {fmt(cs)}",
+            f"  central differences h = 1e-5, same measure: {fmt(fd)}",
+            f"  jax.vjp of a float64 lax.scan, normwise ({len(t.JAX_CASES)} cases): {fmt(jx)}"]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="docs/reports/delta_oracle_cpu.txt")
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--trust-only", action="store_true")
     a = ap.parse_args(argv)
+    if a.trust_only:
+        print("\n".join(trust_figures()))
+        return 0
     from glaref.delta import regimes
 
     t0 = time.time()
@@ -113,6 +169,7 @@ def main(argv=None) -> int:
                 lines.append(f"{name:<15}{gate:<7}{r['T']:>5}{r['G']:>3}{cells}"
                              f"{r['f64_gap']:>10.1e}")
                 print(lines[-1], file=sys.stderr, flush=True)
+    lines += [""] + trust_figures()
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
     lines += ["", f"machine: {os.cpu_count()} cores, load average {load}; "

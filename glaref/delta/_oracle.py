@@ -172,6 +172,29 @@ def scales(q, k, v, beta, log_alpha, h0=None, do=None, dh_T=None, *, scale=1.0, 
         d = problem_scales(dp, scale, impl)
     f = _inputs.from_canonical
     out = Scales(**{n: (f(d[n], kind, layout) if n in d else None) for n, kind in _KINDS.items()})
-    _warn_nonfinite(f"glaref.delta.scales (impl={impl!r})", dp, scale,
-                    {n: x for n, x in out._asdict().items() if x is not None})
+    results = {n: x for n, x in out._asdict().items() if x is not None}
+    if any(not np.isfinite(x).all() for x in results.values()) and all(
+            np.isfinite(a).all() for a in (*dp.p[:5], dp.beta)):
+        bad = ", ".join(n for n, x in results.items() if not np.isfinite(x).all())
+        warnings.warn(f"glaref.delta.scales (impl={impl!r}): non-finite scales of {bad}: the sums "
+                      "of |terms| exceed float64's range although every input is finite. Along "
+                      "k_t each step multiplies them by alpha_t (1 + |beta_t| |k_t|^2) where the "
+                      "recurrence multiplies by alpha_t (1 - beta_t |k_t|^2): up to e^"
+                      f"{_term_growth(dp):.4g} over one sequence here (docs/math_delta.md, "
+                      "section 4). The values themselves may be finite (glaref.delta.forward).",
+                      NonFiniteWarning, stacklevel=2)
+    else:
+        _warn_nonfinite(f"glaref.delta.scales (impl={impl!r})", dp, scale, results)
     return out
+
+
+def _term_growth(dp: DeltaProblem) -> float:
+    """max over sequences and heads of sum_t log(max_i alpha_t[i] (1 + |beta_t| |k_t|^2))."""
+    p = dp.p
+    H = p.dims.H
+    k2 = np.repeat(np.sum(p.k * p.k, axis=-1), H // max(p.dims.G, 1), axis=1)   # (B, H, T)
+    la = p.log_alpha if p.log_alpha.ndim == 3 else p.log_alpha.max(axis=-1)
+    g = la + np.log1p(np.abs(dp.beta) * k2)
+    spans = _inputs.sequences(p.cu_seqlens, p.dims.B, p.dims.T)
+    return max((float(g[b, :, t0:t1].sum(axis=-1).max()) for b, t0, t1 in spans if t1 > t0),
+               default=0.0)
