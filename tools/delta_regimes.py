@@ -147,6 +147,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="docs/reports/delta_oracle_cpu.txt")
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--trust-only", action="store_true")
+    ap.add_argument("--no-trust", action="store_true")
     a = ap.parse_args(argv)
     if a.trust_only:
         print("\n".join(trust_figures()))
@@ -169,7 +170,8 @@ def main(argv=None) -> int:
                 lines.append(f"{name:<15}{gate:<7}{r['T']:>5}{r['G']:>3}{cells}"
                              f"{r['f64_gap']:>10.1e}")
                 print(lines[-1], file=sys.stderr, flush=True)
-    lines += [""] + trust_figures()
+    if not a.no_trust:
+        lines += [""] + trust_figures()
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
     lines += ["", f"machine: {os.cpu_count()} cores, load average {load}; "
