@@ -64,48 +64,75 @@ def _alphas(la_t, a):  # pragma: no cover - compiled
 
 
 @njit(**_JIT)
-def _step(S, a, beta_t, k_t, v_t, r, u):  # pragma: no cover - compiled
-    """S <- S_t from S_{t-1} in place; r = v - S~^T k and u = beta r written on the way."""
+def _decay_rows(S, a, k_t, p):  # pragma: no cover - compiled
+    """S <- S~ = A S in place and p = S~^T k, one pass over the rows."""
     dk, dv = S.shape
     for j in range(dv):
-        r[j] = 0.0
+        p[j] = 0.0
     for i in range(dk):
         ai = a[i]
         ki = k_t[i]
+        Si = S[i]
         for j in range(dv):
-            s = ai * S[i, j]
-            S[i, j] = s
-            r[j] += ki * s
-    for j in range(dv):
-        r[j] = v_t[j] - r[j]
+            s = ai * Si[j]
+            Si[j] = s
+            p[j] += ki * s
+
+
+@njit(**_JIT)
+def _residual(v_t, beta_t, p, r, u):  # pragma: no cover - compiled
+    """r = v - S~^T k (p holds S~^T k), u = beta r."""
+    for j in range(v_t.shape[0]):
+        r[j] = v_t[j] - p[j]
         u[j] = beta_t * r[j]
-    for i in range(dk):
-        ki = k_t[i]
-        for j in range(dv):
-            S[i, j] += ki * u[j]
 
 
 @njit(**_JIT)
 def _forward_head(q, k, v, beta, la, h0, scale, o, h_T):  # pragma: no cover - compiled
     """One (sequence, head): q, k (T, dk), v (T, dv), beta (T,), la (T, 1 or dk); o (T, dv) and
-    h_T (dk, dv) written."""
+    h_T (dk, dv) written. One pass over the rows per step: the rank-1 update of step t, the
+    output's sum and the decay of step t + 1 with its S~^T k, row by row."""
     T, dk = q.shape
     dv = v.shape[1]
     S = h_T
     S[:, :] = h0
+    if T == 0:
+        return
     a = np.empty(dk)
+    p = np.empty(dv)
     r = np.empty(dv)
     u = np.empty(dv)
     acc = np.empty(dv)
+    _alphas(la[0], a)
+    _decay_rows(S, a, k[0], p)
     for t in range(T):
-        _alphas(la[t], a)
-        _step(S, a, beta[t], k[t], v[t], r, u)
+        _residual(v[t], beta[t], p, r, u)
+        last = t + 1 == T
+        if not last:
+            _alphas(la[t + 1], a)
+        k_t, q_t = k[t], q[t]
+        k_n = k[t + 1] if not last else k_t
         for j in range(dv):
             acc[j] = 0.0
+            p[j] = 0.0
         for i in range(dk):
-            qi = q[t, i]
-            for j in range(dv):
-                acc[j] += qi * S[i, j]
+            ki = k_t[i]
+            qi = q_t[i]
+            Si = S[i]
+            if last:
+                for j in range(dv):
+                    s = Si[j] + ki * u[j]
+                    Si[j] = s
+                    acc[j] += qi * s
+            else:
+                ai = a[i]
+                kn = k_n[i]
+                for j in range(dv):
+                    s = Si[j] + ki * u[j]
+                    acc[j] += qi * s
+                    s = ai * s
+                    Si[j] = s
+                    p[j] += kn * s
         for j in range(dv):
             o[t, j] = scale * acc[j]
 
@@ -127,84 +154,162 @@ def _forward_kernel(q, k, v, beta, la, h0, scale, sb, st0, st1, o, h_T):  # prag
 
 
 @njit(**_JIT)
+def _adjoint_rows(Cc, scale, q_t, k_t, do_t, u, du, gu):  # pragma: no cover - compiled
+    """Pass 1 of step t alone: G = C + scale q do^T in place, du = G^T k, gu = G u."""
+    dk_, dv_ = Cc.shape
+    for m in range(dv_):
+        du[m] = 0.0
+    for i in range(dk_):
+        sq = scale * q_t[i]
+        ki = k_t[i]
+        Gi = Cc[i]
+        for m in range(dv_):
+            g = Gi[m] + sq * do_t[m]
+            Gi[m] = g
+            du[m] += ki * g
+        gu[i] = _dot(Gi, u)
+
+
+@njit(**_JIT)
 def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accumulate, dv,
-              dbeta, dla, dh0, ckpt, states, rs):  # pragma: no cover - compiled
+              dbeta, dla, dh0, ckpt, ckp, states, rs):  # pragma: no cover - compiled
     """One (sequence, head). dq, dk (T, dk) written, or added to when ``accumulate``.
-    ckpt (>= ceil(T / C), dk, dv), states (C + 1, dk, dv), rs (C, dv): per-worker scratch."""
+    ckpt (>= ceil(T / C), dk, dv), ckp (>= ceil(T / C), dv), states (C, dk, dv), rs (C, dv):
+    per-worker scratch. ckpt[c] and states[j] hold the decayed state S~_t = A_t S_{t-1} of
+    t = c C and t = start + j (the products the equations use, the same bits), ckp[c] the
+    S~^T k of step c C."""
     T, dk_ = q.shape
     dv_ = v.shape[1]
     vector = la.shape[1] != 1
-    a = np.empty(dk_)
-    u = np.empty(dv_)
-    S = np.empty((dk_, dv_))
-    S[:, :] = h0
-    # Pass 1: the state before every block of C steps.
-    for t in range(T):
-        if t % C == 0:
-            ckpt[t // C] = S
-        _alphas(la[t], a)
-        _step(S, a, beta[t], k[t], v[t], u, u)
-    # Pass 2: blocks in reverse; Cc carries dL/dS_t from the later steps.
     Cc = dh0
     if has_dh_T:
         Cc[:, :] = dh_T
     else:
         Cc[:, :] = 0.0
+    if T == 0:
+        return
+    a = np.empty(dk_)
+    p = np.empty(dv_)
+    u = np.empty(dv_)
+    row = np.empty(dv_)
+    S = np.empty((dk_, dv_))
+    S[:, :] = h0
+    # Pass 1: S~ and S~^T k of the first step of every block of C steps.
+    _alphas(la[0], a)
+    _decay_rows(S, a, k[0], p)
+    for t in range(T):
+        if t % C == 0:
+            ckpt[t // C] = S
+            ckp[t // C] = p
+        if t + 1 == T:
+            break
+        _residual(v[t], beta[t], p, u, u)
+        _alphas(la[t + 1], a)
+        k_t, k_n = k[t], k[t + 1]
+        for m in range(dv_):
+            p[m] = 0.0
+        for i in range(dk_):
+            ki = k_t[i]
+            ai = a[i]
+            kn = k_n[i]
+            Si = S[i]
+            for m in range(dv_):
+                s = ai * (Si[m] + ki * u[m])
+                Si[m] = s
+                p[m] += kn * s
+    # Pass 2: blocks in reverse; Cc carries dL/dS_t from the later steps.
     du = np.empty(dv_)
+    dun = np.empty(dv_)
     w = np.empty(dv_)
-    St = np.empty(dv_)
     D = np.empty(dv_)
     gu = np.empty(dk_)
+    gun = np.empty(dk_)
     for c in range((T + C - 1) // C - 1, -1, -1):
         start = c * C
         L = min(C, T - start)
-        # Recompute S_{t-1} and r_t of the block; dq_t = scale S_t do_t needs no carry, so
-        # it is taken here, from the state just computed.
+        # Recompute S~_t and r_t of the block, one pass over the rows per step; dq_t =
+        # scale S_t do_t needs no carry, so it is taken here, from the row just computed.
         states[0] = ckpt[c]
+        p[:] = ckp[c]
         for j in range(L):
             t = start + j
-            states[j + 1] = states[j]
-            S_t = states[j + 1]
-            _alphas(la[t], a)
-            _step(S_t, a, beta[t], k[t], v[t], rs[j], u)
+            _residual(v[t], beta[t], p, rs[j], u)
+            k_t, do_t = k[t], do[t]
+            nxt = j + 1 < L
+            k_n, Sn = k_t, states[j]
+            if nxt:
+                _alphas(la[t + 1], a)
+                k_n, Sn = k[t + 1], states[j + 1]
+                for m in range(dv_):
+                    p[m] = 0.0
+            Sc = states[j]
             for i in range(dk_):
-                x = scale * _dot(S_t[i], do[t])
+                ki = k_t[i]
+                Si = Sc[i]
+                for m in range(dv_):
+                    row[m] = Si[m] + ki * u[m]
+                x = scale * _dot(row, do_t)
                 if accumulate:
                     dq[t, i] += x
                 else:
                     dq[t, i] = x
+                if nxt:
+                    ai = a[i]
+                    kn = k_n[i]
+                    Sni = Sn[i]
+                    for m in range(dv_):
+                        s = ai * row[m]
+                        Sni[m] = s
+                        p[m] += kn * s
+        # Backward through the block: pass 1 of the last step alone, then per step t its
+        # pass 2 fused with pass 1 of step t - 1 (inside the block), row by row.
+        t = start + L - 1
+        b_t = beta[t]
+        r = rs[L - 1]
+        for m in range(dv_):
+            u[m] = b_t * r[m]
+        _adjoint_rows(Cc, scale, q[t], k[t], do[t], u, du, gu)
         for j in range(L - 1, -1, -1):
             t = start + j
-            S_p = states[j]
             r = rs[j]
             b_t = beta[t]
-            q_t, k_t, do_t = q[t], k[t], do[t]
+            k_t = k[t]
             _alphas(la[t], a)
-            for m in range(dv_):
-                du[m] = 0.0
-                u[m] = b_t * r[m]
-            for i in range(dk_):
-                sq = scale * q_t[i]
-                ki = k_t[i]
-                Gi = Cc[i]
-                for m in range(dv_):
-                    g = Gi[m] + sq * do_t[m]
-                    Gi[m] = g
-                    du[m] += ki * g
-                gu[i] = _dot(Gi, u)
             for m in range(dv_):
                 dv[t, m] = b_t * du[m]
                 w[m] = b_t * du[m]
             dbeta[t] = _dot(r, du)
+            prev = j > 0
+            tp = t - 1 if prev else t
+            q_p, k_p, do_p = q[tp], k[tp], do[tp]
+            if prev:
+                b_p = beta[tp]
+                r_p = rs[j - 1]
+                for m in range(dv_):
+                    u[m] = b_p * r_p[m]
+                    dun[m] = 0.0
+            Sc = states[j]
             total = 0.0
             for i in range(dk_):
                 ai = a[i]
                 ki = k_t[i]
                 Gi = Cc[i]
-                Spi = S_p[i]
-                for m in range(dv_):
-                    St[m] = ai * Spi[m]
-                    D[m] = Gi[m] - ki * w[m]
+                St = Sc[i]
+                if prev:
+                    sq = scale * q_p[i]
+                    kp = k_p[i]
+                    for m in range(dv_):
+                        d = Gi[m] - ki * w[m]
+                        D[m] = d
+                        g = ai * d + sq * do_p[m]
+                        Gi[m] = g
+                        dun[m] += kp * g
+                    gun[i] = _dot(Gi, u)
+                else:
+                    for m in range(dv_):
+                        d = Gi[m] - ki * w[m]
+                        D[m] = d
+                        Gi[m] = ai * d
                 x = gu[i] - _dot(St, w)
                 if accumulate:
                     dk[t, i] += x
@@ -215,10 +320,11 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
                     dla[t, i] = y
                 else:
                     total += y
-                for m in range(dv_):
-                    Gi[m] = ai * D[m]
             if not vector:
                 dla[t, 0] = total
+            if prev:
+                du, dun = dun, du
+                gu, gun = gun, gu
 
 
 @njit(parallel=True, **_JIT)
@@ -237,7 +343,8 @@ def _vjp_kernel(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, n_workers, 
     heads = 1 if per_head else hpg
     for wk in prange(n_workers):
         ckpt = np.empty((n_blocks, dk_, dv_))
-        states = np.empty((C + 1, dk_, dv_))
+        ckp = np.empty((n_blocks, dv_))
+        states = np.empty((C, dk_, dv_))
         rs = np.empty((C, dv_))
         for item in range(wk, NS * per_item, n_workers):
             n = item // per_item
@@ -250,7 +357,8 @@ def _vjp_kernel(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, n_workers, 
                           la[b, h, t0:t1], h0[n, h], do[b, h, t0:t1],
                           dh_T[n, h] if has_dh_T else dh_T[0, 0], has_dh_T, scale, C,
                           dq[b, x, t0:t1], dk[b, x, t0:t1], j > 0, dv[b, h, t0:t1],
-                          dbeta[b, h, t0:t1], dla[b, h, t0:t1], dh0[n, h], ckpt, states, rs)
+                          dbeta[b, h, t0:t1], dla[b, h, t0:t1], dh0[n, h], ckpt, ckp, states,
+                          rs)
 
 
 def _c64(x):
