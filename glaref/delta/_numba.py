@@ -64,6 +64,29 @@ def _alphas(la_t, a):  # pragma: no cover - compiled
 
 
 @njit(**_JIT)
+def _sum8(x):  # pragma: no cover - compiled
+    """sum_a x[a] in the order of ``glaref._numba._dot`` (eight interleaved partial sums, a fixed
+    tree), so that _sum8(x * y) == _dot(x, y) bit for bit: the products are formed in the
+    callers' vector loops, and only the adds remain here."""
+    n = x.shape[0]
+    m = n - n % 8
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    for a in range(0, m, 8):
+        s0 += x[a]
+        s1 += x[a + 1]
+        s2 += x[a + 2]
+        s3 += x[a + 3]
+        s4 += x[a + 4]
+        s5 += x[a + 5]
+        s6 += x[a + 6]
+        s7 += x[a + 7]
+    t = 0.0
+    for a in range(m, n):
+        t += x[a]
+    return (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + t
+
+
+@njit(**_JIT)
 def _decay_rows(S, a, k_t, p):  # pragma: no cover - compiled
     """S <- S~ = A S in place and p = S~^T k, one pass over the rows."""
     dk, dv = S.shape
@@ -154,8 +177,9 @@ def _forward_kernel(q, k, v, beta, la, h0, scale, sb, st0, st1, o, h_T):  # prag
 
 
 @njit(**_JIT)
-def _adjoint_rows(Cc, scale, q_t, k_t, do_t, u, du, gu):  # pragma: no cover - compiled
-    """Pass 1 of step t alone: G = C + scale q do^T in place, du = G^T k, gu = G u."""
+def _adjoint_rows(Cc, scale, q_t, k_t, do_t, u, du, gu, pg):  # pragma: no cover - compiled
+    """Pass 1 of step t alone: G = C + scale q do^T in place, du = G^T k, gu = G u (pg:
+    scratch for a row's products)."""
     dk_, dv_ = Cc.shape
     for m in range(dv_):
         du[m] = 0.0
@@ -167,7 +191,8 @@ def _adjoint_rows(Cc, scale, q_t, k_t, do_t, u, du, gu):  # pragma: no cover - c
             g = Gi[m] + sq * do_t[m]
             Gi[m] = g
             du[m] += ki * g
-        gu[i] = _dot(Gi, u)
+            pg[m] = g * u[m]
+        gu[i] = _sum8(pg)
 
 
 @njit(**_JIT)
@@ -192,6 +217,10 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
     p = np.empty(dv_)
     u = np.empty(dv_)
     row = np.empty(dv_)
+    pq = np.empty(dv_)
+    pw = np.empty(dv_)
+    pD = np.empty(dv_)
+    pg = np.empty(dv_)
     S = np.empty((dk_, dv_))
     S[:, :] = h0
     # Pass 1: S~ and S~^T k of the first step of every block of C steps.
@@ -221,7 +250,6 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
     du = np.empty(dv_)
     dun = np.empty(dv_)
     w = np.empty(dv_)
-    D = np.empty(dv_)
     gu = np.empty(dk_)
     gun = np.empty(dk_)
     for c in range((T + C - 1) // C - 1, -1, -1):
@@ -247,8 +275,10 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
                 ki = k_t[i]
                 Si = Sc[i]
                 for m in range(dv_):
-                    row[m] = Si[m] + ki * u[m]
-                x = scale * _dot(row, do_t)
+                    s = Si[m] + ki * u[m]
+                    row[m] = s
+                    pq[m] = s * do_t[m]
+                x = scale * _sum8(pq)
                 if accumulate:
                     dq[t, i] += x
                 else:
@@ -268,7 +298,7 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
         r = rs[L - 1]
         for m in range(dv_):
             u[m] = b_t * r[m]
-        _adjoint_rows(Cc, scale, q[t], k[t], do[t], u, du, gu)
+        _adjoint_rows(Cc, scale, q[t], k[t], do[t], u, du, gu, pg)
         for j in range(L - 1, -1, -1):
             t = start + j
             r = rs[j]
@@ -300,22 +330,25 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
                     kp = k_p[i]
                     for m in range(dv_):
                         d = Gi[m] - ki * w[m]
-                        D[m] = d
+                        pw[m] = St[m] * w[m]
+                        pD[m] = St[m] * d
                         g = ai * d + sq * do_p[m]
                         Gi[m] = g
                         dun[m] += kp * g
-                    gun[i] = _dot(Gi, u)
+                        pg[m] = g * u[m]
+                    gun[i] = _sum8(pg)
                 else:
                     for m in range(dv_):
                         d = Gi[m] - ki * w[m]
-                        D[m] = d
+                        pw[m] = St[m] * w[m]
+                        pD[m] = St[m] * d
                         Gi[m] = ai * d
-                x = gu[i] - _dot(St, w)
+                x = gu[i] - _sum8(pw)
                 if accumulate:
                     dk[t, i] += x
                 else:
                     dk[t, i] = x
-                y = _dot(St, D)
+                y = _sum8(pD)
                 if vector:
                     dla[t, i] = y
                 else:
