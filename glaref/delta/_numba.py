@@ -5,9 +5,9 @@
     vjp(q, k, v, beta, log_alpha, h0, do, dh_T, scale, per_head=False, cu_seqlens=None)
         -> (dq, dk, dv, dbeta, dlog_alpha, dh0)
 
-The equations are the reference's (docs/math_delta.md, sections 1 and 2), step by step, each
-step as a few passes over the rows i of the state S (dk, dv), row-major, so that the inner
-loops run over dv contiguous numbers:
+The equations are the reference's (docs/math_delta.md, sections 1 and 2), step by step, over
+the rows i of the state S (dk, dv), row-major, so that the inner loops run over dv contiguous
+numbers:
 
     forward, pass 1   S~[i] = a_i S[i];  p += k_i S~[i]           (p = S~^T k)
             then      r = v - p,  u = beta r
@@ -18,11 +18,17 @@ loops run over dv contiguous numbers:
             pass 2    S~[i] = a_i S_{t-1}[i];  D[i] = G[i] - k_i w        (D = dS~)
                       dk_i = gu_i - S~[i] . w;  dlog_alpha(_i) += S~[i] . D[i];  C[i] = a_i D[i]
 
-Row dot products use ``glaref._numba._dot`` (eight partial sums in a fixed order); every other
-loop is an axpy over j whose order does not depend on anything. The backward keeps the state
-every ``block_size(T)`` steps (32 up to T = 8192, then T / 256) in a per-worker buffer and
-recomputes the states of one block at a time from its checkpoint (never by inverting a step):
-small blocks keep the recomputed states near the cache, and the time linear in T.
+Each row's part of a pass needs only that row, so a step costs one sweep over the state: the
+forward's pass 2 of step t runs in the same loop as pass 1 of step t + 1 (the buffer then holds
+S~_{t+1}), and the backward's pass 2 of step t in the same loop as pass 1 of step t - 1. Row dot
+products are ``glaref._numba._dot``'s sums (eight partial sums in a fixed order): the products
+are written in the sweep's vector loop and added by ``_sum8`` in that order, the same bits;
+every other loop is an axpy over j whose order does not depend on anything. The backward keeps
+S~ and S~^T k of the first step of every ``block_size(T)`` steps (32 up to T = 8192, then
+T / 256) in a per-worker buffer and recomputes the decayed states S~_t of one block at a time
+from its checkpoint (never by inverting a step): small blocks keep the recomputed states near
+the cache, and the time linear in T. The states are the products the equations use (S~_t =
+A_t S_{t-1}, rounded once), so storing them changes no bit.
 
 Determinism: kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs over workers
 that take independent items, (sequence, group) pairs, with the time loop serial inside and a
