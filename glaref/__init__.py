@@ -54,7 +54,7 @@ def __getattr__(name: str):
         # the engine's entry point, a plain function (its package, glaref._audit, is private)
         from ._audit import audit
         return audit
-    if name in ("kernels", "golden"):
+    if name in ("kernels", "golden", "delta"):
         import importlib
         return importlib.import_module(f".{name}", __name__)
     if name == "scales":

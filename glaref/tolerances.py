@@ -383,3 +383,50 @@ TOLERANCES.update({
         "operands rounded to TF32 (10 mantissa bits), below it from float32 operands.",
     ),
 })
+
+
+# ---- the gated delta rule (glaref.delta; tests/test_delta_*.py, tools/judge_fla_delta.py) ----
+# Figures are normwise relative errors, max |a - b| / max |b| per output (b the truth). A float64
+# evaluation of one output element adds n roundings per term (per step: the exp of log_alpha, the
+# decay, the dot product S~^T k over dk, the residual, beta, the rank-one update, o's dot product
+# over dk: about 2 dk + 6; the backward about twice that), so its error is <= n u times the sum
+# of |terms|; normwise that is n u kappa, with kappa the ratio of the largest sum of |terms| to
+# the largest value. The trust cases (T <= 8, dk, dv <= 4, beta <= 1, standard gates) have
+# n <= 8 * (2 * 4 + 6) * 2 = 224 and kappa <= 4 (measured by the tests from glaref.delta.scales):
+# ~ 900 u = 1e-13, the issue's figure.
+TOLERANCES.update({
+    "delta_numba_vs_numpy": Tolerance(
+        1e-13,
+        "Normwise relative gap between glaref.delta's Numba path and its NumPy reference on the "
+        "test shapes (T <= 130, dk, dv <= 8, standard gates, beta <= 2): the same terms per step "
+        "summed in another order (row axpys and 8-way dot products vs einsum), each within "
+        "n u kappa of the truth (see above); measured <= 1e-15."),
+    "delta_trust_mpmath": Tolerance(
+        1e-13,
+        "glaref.delta vs an independent mpmath implementation at 50 digits (forward, and every "
+        "gradient by central differences in mpmath with h = 1e-20: truncation ~ 1e-40), on the "
+        "trust cases: n u kappa <= 224 * 1.1e-16 * 4 (see above); the issue's 1e-13."),
+    "delta_trust_complex_step": Tolerance(
+        1e-13,
+        "|complex-step <g, u> - vjp <g, u>| / sum |g_i u_i| per input, the reference run in "
+        "complex128 with h = 1e-30 (no truncation, no cancellation): both sides within n u of "
+        "their term scales, n <= 224 each (see above), ~ 450 u = 5e-14, rounded to 1e-13."),
+    "delta_trust_fd": Tolerance(
+        1e-6,
+        "Central finite differences along random projections, step h = 1e-5 relative to the "
+        "input's size: truncation h^2 |L'''| / 6 ~ 1e-10 relative and rounding "
+        "u |L_abs| / h ~ 1e-11 * kappa_L; 1e-6 leaves room for kappa_L (sum of |terms| of L over "
+        "|L|) up to 1e5 while any wrong gradient term shows as O(1)."),
+    "delta_trust_jax_f64": Tolerance(
+        1e-12,
+        "glaref.delta vs jax.vjp of a float64 lax.scan of the recurrence (written in the test), "
+        "normwise per output on T <= 64: two float64 evaluations, each n u kappa with "
+        "n <= 64 * 14 * 2 and kappa <= 4: 8e-13; the issue's 1e-12."),
+    "delta_fla_f64": Tolerance(
+        1e-12,
+        "glaref.delta vs flash-linear-attention's naive references run in float64 (casts "
+        "rewritten), forward and every gradient through torch.autograd, normwise: the chunked "
+        "references form decays exp(b_i - b_j) from in-chunk cumulative sums (error ~ |b| u, "
+        "|b| <= 64 * 30 under strong decay: 2e-13) and solve the chunk's triangular system by "
+        "substitution (n ~ 64 more roundings); the issue's 1e-12."),
+})

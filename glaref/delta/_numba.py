@@ -1,0 +1,465 @@
+"""The Numba float64 oracle of the gated delta rule: the functions and signatures of
+``glaref.delta._reference``, compiled.
+
+    forward(q, k, v, beta, log_alpha, h0, scale, cu_seqlens=None) -> (o, h_T)
+    vjp(q, k, v, beta, log_alpha, h0, do, dh_T, scale, per_head=False, cu_seqlens=None)
+        -> (dq, dk, dv, dbeta, dlog_alpha, dh0)
+
+The equations are the reference's (docs/math_delta.md, sections 1 and 2), step by step, over
+the rows i of the state S (dk, dv), row-major, so that the inner loops run over dv contiguous
+numbers:
+
+    forward, pass 1   S~[i] = a_i S[i];  p += k_i S~[i]           (p = S~^T k)
+            then      r = v - p,  u = beta r
+            pass 2    S[i] = S~[i] + k_i u;  o_acc += q_i S[i]   (o = scale S^T q)
+    backward, on the block's recomputation   dq_i = scale S_t[i] . do
+              pass 1  G[i] = C[i] + scale q_i do;  du += k_i G[i];  gu_i = G[i] . u
+            then      dv = beta du,  dbeta = r . du,  w = beta du
+            pass 2    S~[i] = a_i S_{t-1}[i];  D[i] = G[i] - k_i w        (D = dS~)
+                      dk_i = gu_i - S~[i] . w;  dlog_alpha(_i) += S~[i] . D[i];  C[i] = a_i D[i]
+
+Each row's part of a pass needs only that row, so a step costs one sweep over the state: the
+forward's pass 2 of step t runs in the same loop as pass 1 of step t + 1 (the buffer then holds
+S~_{t+1}), and the backward's pass 2 of step t in the same loop as pass 1 of step t - 1. Row dot
+products are ``glaref._numba._dot``'s sums (eight partial sums in a fixed order): the products
+are written in the sweep's vector loop and added by ``_sum8`` in that order, the same bits;
+every other loop is an axpy over j whose order does not depend on anything. The backward keeps
+S~ and S~^T k of the first step of every ``block_size(T)`` steps (32 up to T = 8192, then
+T / 256) in a per-worker buffer and recomputes the decayed states S~_t of one block at a time
+from its checkpoint (never by inverting a step): small blocks keep the recomputed states near
+the cache, and the time linear in T. The states are the products the equations use (S~_t =
+A_t S_{t-1}, rounded once), so storing them changes no bit.
+
+Determinism: kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs over workers
+that take independent items, (sequence, group) pairs, with the time loop serial inside and a
+group's heads in order: head 0 writes dq and dk, the others add, left to right. When there are
+fewer (sequence, group) items than threads, the items are (sequence, head) pairs with per-head
+dq, dk summed afterwards in the same head order (``glaref._numba._group_sum_kernel``): both give
+the same bits, for any number of threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import get_num_threads, njit, prange
+
+from .._numba import _dot, _group_sum_kernel, _spans
+
+_JIT = dict(fastmath=False, cache=True)
+BLOCK = 32            # steps between stored states, at least
+MAX_CHECKPOINTS = 256  # states stored per worker, at most (longer sequences get longer blocks)
+
+
+def block_size(T: int) -> int:
+    """Steps between the backward's stored states: 32, or T / 256 (rounded up) for T > 8192, so
+    that a worker keeps at most 256 states plus one block of recomputed ones."""
+    return max(BLOCK, -(-T // MAX_CHECKPOINTS))
+
+
+@njit(**_JIT)
+def _alphas(la_t, a):  # pragma: no cover - compiled
+    """a[i] = exp(log_alpha_t[i]) for a vector gate, or exp(log_alpha_t[0]) for every row."""
+    dk = a.shape[0]
+    if la_t.shape[0] == 1:
+        x = np.exp(la_t[0])
+        for i in range(dk):
+            a[i] = x
+    else:
+        for i in range(dk):
+            a[i] = np.exp(la_t[i])
+
+
+@njit(**_JIT)
+def _sum8(x):  # pragma: no cover - compiled
+    """sum_a x[a] in the order of ``glaref._numba._dot`` (eight interleaved partial sums, a fixed
+    tree), so that _sum8(x * y) == _dot(x, y) bit for bit: the products are formed in the
+    callers' vector loops, and only the adds remain here."""
+    n = x.shape[0]
+    m = n - n % 8
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    for a in range(0, m, 8):
+        s0 += x[a]
+        s1 += x[a + 1]
+        s2 += x[a + 2]
+        s3 += x[a + 3]
+        s4 += x[a + 4]
+        s5 += x[a + 5]
+        s6 += x[a + 6]
+        s7 += x[a + 7]
+    t = 0.0
+    for a in range(m, n):
+        t += x[a]
+    return (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + t
+
+
+@njit(**_JIT)
+def _decay_rows(S, a, k_t, p):  # pragma: no cover - compiled
+    """S <- S~ = A S in place and p = S~^T k, one pass over the rows."""
+    dk, dv = S.shape
+    for j in range(dv):
+        p[j] = 0.0
+    for i in range(dk):
+        ai = a[i]
+        ki = k_t[i]
+        Si = S[i]
+        for j in range(dv):
+            s = ai * Si[j]
+            Si[j] = s
+            p[j] += ki * s
+
+
+@njit(**_JIT)
+def _residual(v_t, beta_t, p, r, u):  # pragma: no cover - compiled
+    """r = v - S~^T k (p holds S~^T k), u = beta r."""
+    for j in range(v_t.shape[0]):
+        r[j] = v_t[j] - p[j]
+        u[j] = beta_t * r[j]
+
+
+@njit(**_JIT)
+def _forward_head(q, k, v, beta, la, h0, scale, o, h_T):  # pragma: no cover - compiled
+    """One (sequence, head): q, k (T, dk), v (T, dv), beta (T,), la (T, 1 or dk); o (T, dv) and
+    h_T (dk, dv) written. One pass over the rows per step: the rank-1 update of step t, the
+    output's sum and the decay of step t + 1 with its S~^T k, row by row."""
+    T, dk = q.shape
+    dv = v.shape[1]
+    S = h_T
+    S[:, :] = h0
+    if T == 0:
+        return
+    a = np.empty(dk)
+    p = np.empty(dv)
+    r = np.empty(dv)
+    u = np.empty(dv)
+    acc = np.empty(dv)
+    _alphas(la[0], a)
+    _decay_rows(S, a, k[0], p)
+    for t in range(T):
+        _residual(v[t], beta[t], p, r, u)
+        last = t + 1 == T
+        if not last:
+            _alphas(la[t + 1], a)
+        k_t, q_t = k[t], q[t]
+        k_n = k[t + 1] if not last else k_t
+        for j in range(dv):
+            acc[j] = 0.0
+            p[j] = 0.0
+        for i in range(dk):
+            ki = k_t[i]
+            qi = q_t[i]
+            Si = S[i]
+            if last:
+                for j in range(dv):
+                    s = Si[j] + ki * u[j]
+                    Si[j] = s
+                    acc[j] += qi * s
+            else:
+                ai = a[i]
+                kn = k_n[i]
+                for j in range(dv):
+                    s = Si[j] + ki * u[j]
+                    acc[j] += qi * s
+                    s = ai * s
+                    Si[j] = s
+                    p[j] += kn * s
+        for j in range(dv):
+            o[t, j] = scale * acc[j]
+
+
+@njit(parallel=True, **_JIT)
+def _forward_kernel(q, k, v, beta, la, h0, scale, sb, st0, st1, o, h_T):  # pragma: no cover
+    """All (sequence, head) pairs, independent; time serial inside each."""
+    G = q.shape[1]
+    H = v.shape[1]
+    hpg = H // G
+    NS = sb.shape[0]
+    for item in prange(NS * H):
+        n = item // H
+        h = item - n * H
+        g = h // hpg
+        b, t0, t1 = sb[n], st0[n], st1[n]
+        _forward_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1], beta[b, h, t0:t1],
+                      la[b, h, t0:t1], h0[n, h], scale, o[b, h, t0:t1], h_T[n, h])
+
+
+@njit(**_JIT)
+def _adjoint_rows(Cc, scale, q_t, k_t, do_t, u, du, gu, pg):  # pragma: no cover - compiled
+    """Pass 1 of step t alone: G = C + scale q do^T in place, du = G^T k, gu = G u (pg:
+    scratch for a row's products)."""
+    dk_, dv_ = Cc.shape
+    for m in range(dv_):
+        du[m] = 0.0
+    for i in range(dk_):
+        sq = scale * q_t[i]
+        ki = k_t[i]
+        Gi = Cc[i]
+        for m in range(dv_):
+            g = Gi[m] + sq * do_t[m]
+            Gi[m] = g
+            du[m] += ki * g
+            pg[m] = g * u[m]
+        gu[i] = _sum8(pg)
+
+
+@njit(**_JIT)
+def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accumulate, dv,
+              dbeta, dla, dh0, ckpt, ckp, states, rs):  # pragma: no cover - compiled
+    """One (sequence, head). dq, dk (T, dk) written, or added to when ``accumulate``.
+    ckpt (>= ceil(T / C), dk, dv), ckp (>= ceil(T / C), dv), states (C, dk, dv), rs (C, dv):
+    per-worker scratch. ckpt[c] and states[j] hold the decayed state S~_t = A_t S_{t-1} of
+    t = c C and t = start + j (the products the equations use, the same bits), ckp[c] the
+    S~^T k of step c C."""
+    T, dk_ = q.shape
+    dv_ = v.shape[1]
+    vector = la.shape[1] != 1
+    Cc = dh0
+    if has_dh_T:
+        Cc[:, :] = dh_T
+    else:
+        Cc[:, :] = 0.0
+    if T == 0:
+        return
+    a = np.empty(dk_)
+    p = np.empty(dv_)
+    u = np.empty(dv_)
+    row = np.empty(dv_)
+    pq = np.empty(dv_)
+    pw = np.empty(dv_)
+    pD = np.empty(dv_)
+    pg = np.empty(dv_)
+    S = np.empty((dk_, dv_))
+    S[:, :] = h0
+    # Pass 1: S~ and S~^T k of the first step of every block of C steps.
+    _alphas(la[0], a)
+    _decay_rows(S, a, k[0], p)
+    for t in range(T):
+        if t % C == 0:
+            ckpt[t // C] = S
+            ckp[t // C] = p
+        if t + 1 == T:
+            break
+        _residual(v[t], beta[t], p, u, u)
+        _alphas(la[t + 1], a)
+        k_t, k_n = k[t], k[t + 1]
+        for m in range(dv_):
+            p[m] = 0.0
+        for i in range(dk_):
+            ki = k_t[i]
+            ai = a[i]
+            kn = k_n[i]
+            Si = S[i]
+            for m in range(dv_):
+                s = ai * (Si[m] + ki * u[m])
+                Si[m] = s
+                p[m] += kn * s
+    # Pass 2: blocks in reverse; Cc carries dL/dS_t from the later steps.
+    du = np.empty(dv_)
+    dun = np.empty(dv_)
+    w = np.empty(dv_)
+    gu = np.empty(dk_)
+    gun = np.empty(dk_)
+    for c in range((T + C - 1) // C - 1, -1, -1):
+        start = c * C
+        L = min(C, T - start)
+        # Recompute S~_t and r_t of the block, one pass over the rows per step; dq_t =
+        # scale S_t do_t needs no carry, so it is taken here, from the row just computed.
+        states[0] = ckpt[c]
+        p[:] = ckp[c]
+        for j in range(L):
+            t = start + j
+            _residual(v[t], beta[t], p, rs[j], u)
+            k_t, do_t = k[t], do[t]
+            nxt = j + 1 < L
+            k_n, Sn = k_t, states[j]
+            if nxt:
+                _alphas(la[t + 1], a)
+                k_n, Sn = k[t + 1], states[j + 1]
+                for m in range(dv_):
+                    p[m] = 0.0
+            Sc = states[j]
+            for i in range(dk_):
+                ki = k_t[i]
+                Si = Sc[i]
+                for m in range(dv_):
+                    s = Si[m] + ki * u[m]
+                    row[m] = s
+                    pq[m] = s * do_t[m]
+                x = scale * _sum8(pq)
+                if accumulate:
+                    dq[t, i] += x
+                else:
+                    dq[t, i] = x
+                if nxt:
+                    ai = a[i]
+                    kn = k_n[i]
+                    Sni = Sn[i]
+                    for m in range(dv_):
+                        s = ai * row[m]
+                        Sni[m] = s
+                        p[m] += kn * s
+        # Backward through the block: pass 1 of the last step alone, then per step t its
+        # pass 2 fused with pass 1 of step t - 1 (inside the block), row by row.
+        t = start + L - 1
+        b_t = beta[t]
+        r = rs[L - 1]
+        for m in range(dv_):
+            u[m] = b_t * r[m]
+        _adjoint_rows(Cc, scale, q[t], k[t], do[t], u, du, gu, pg)
+        for j in range(L - 1, -1, -1):
+            t = start + j
+            r = rs[j]
+            b_t = beta[t]
+            k_t = k[t]
+            _alphas(la[t], a)
+            for m in range(dv_):
+                dv[t, m] = b_t * du[m]
+                w[m] = b_t * du[m]
+            dbeta[t] = _dot(r, du)
+            prev = j > 0
+            tp = t - 1 if prev else t
+            q_p, k_p, do_p = q[tp], k[tp], do[tp]
+            if prev:
+                b_p = beta[tp]
+                r_p = rs[j - 1]
+                for m in range(dv_):
+                    u[m] = b_p * r_p[m]
+                    dun[m] = 0.0
+            Sc = states[j]
+            total = 0.0
+            for i in range(dk_):
+                ai = a[i]
+                ki = k_t[i]
+                Gi = Cc[i]
+                St = Sc[i]
+                if prev:
+                    sq = scale * q_p[i]
+                    kp = k_p[i]
+                    for m in range(dv_):
+                        d = Gi[m] - ki * w[m]
+                        pw[m] = St[m] * w[m]
+                        pD[m] = St[m] * d
+                        g = ai * d + sq * do_p[m]
+                        Gi[m] = g
+                        dun[m] += kp * g
+                        pg[m] = g * u[m]
+                    gun[i] = _sum8(pg)
+                else:
+                    for m in range(dv_):
+                        d = Gi[m] - ki * w[m]
+                        pw[m] = St[m] * w[m]
+                        pD[m] = St[m] * d
+                        Gi[m] = ai * d
+                x = gu[i] - _sum8(pw)
+                if accumulate:
+                    dk[t, i] += x
+                else:
+                    dk[t, i] = x
+                y = _sum8(pD)
+                if vector:
+                    dla[t, i] = y
+                else:
+                    total += y
+            if not vector:
+                dla[t, 0] = total
+            if prev:
+                du, dun = dun, du
+                gu, gun = gun, gu
+
+
+@njit(parallel=True, **_JIT)
+def _vjp_kernel(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, n_workers, sb, st0, st1,
+                per_head, dq, dk, dv, dbeta, dla, dh0):  # pragma: no cover - compiled
+    """Workers over items (item p to worker p % n_workers): (sequence, head) pairs when
+    ``per_head`` (dq, dk (B, H, T, dk)), else (sequence, group) items whose heads run in order,
+    adding into dq, dk (B, G, T, dk)."""
+    G = q.shape[1]
+    T, dk_ = q.shape[2], q.shape[3]
+    H, dv_ = v.shape[1], v.shape[3]
+    hpg = H // G
+    NS = sb.shape[0]
+    n_blocks = max(1, (T + C - 1) // C)
+    per_item = H if per_head else G
+    heads = 1 if per_head else hpg
+    for wk in prange(n_workers):
+        ckpt = np.empty((n_blocks, dk_, dv_))
+        ckp = np.empty((n_blocks, dv_))
+        states = np.empty((C, dk_, dv_))
+        rs = np.empty((C, dv_))
+        for item in range(wk, NS * per_item, n_workers):
+            n = item // per_item
+            x = item - n * per_item
+            g = x // hpg if per_head else x
+            b, t0, t1 = sb[n], st0[n], st1[n]
+            for j in range(heads):
+                h = x if per_head else g * hpg + j
+                _vjp_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1], beta[b, h, t0:t1],
+                          la[b, h, t0:t1], h0[n, h], do[b, h, t0:t1],
+                          dh_T[n, h] if has_dh_T else dh_T[0, 0], has_dh_T, scale, C,
+                          dq[b, x, t0:t1], dk[b, x, t0:t1], j > 0, dv[b, h, t0:t1],
+                          dbeta[b, h, t0:t1], dla[b, h, t0:t1], dh0[n, h], ckpt, ckp, states,
+                          rs)
+
+
+def _c64(x):
+    return np.ascontiguousarray(x, dtype=np.float64)
+
+
+def _gates(log_alpha):
+    """log_alpha as the kernels take it: scalar gates get a trailing axis of 1."""
+    return log_alpha if log_alpha.ndim == 4 else log_alpha[..., None]
+
+
+def forward(q, k, v, beta, log_alpha, h0, scale=1.0, cu_seqlens=None):
+    """Return (o, h_T). o: (B, H, T, dv), h_T: (B, H, dk, dv) ((N, H, dk, dv) with cu_seqlens)."""
+    q, k, v, beta, log_alpha, h0 = (_c64(x) for x in (q, k, v, beta, log_alpha, h0))
+    B, H, T, dv = v.shape
+    dk = q.shape[3]
+    sb, st0, st1 = _spans(B, T, cu_seqlens)
+    o = np.zeros((B, H, T, dv))
+    h_T = np.empty((len(sb), H, dk, dv))
+    _forward_kernel(q, k, v, beta, _c64(_gates(log_alpha)), h0, float(scale), sb, st0, st1, o,
+                    h_T)
+    return o, h_T
+
+
+def vjp(q, k, v, beta, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False,
+        cu_seqlens=None):
+    """Return (dq, dk, dv, dbeta, dlog_alpha, dh0): the gradient of
+    L = sum(o * do) + sum(h_T * dh_T). ``per_head=True``: dq, dk per head (B, H, T, dk)."""
+    q, k, v, beta, log_alpha, h0, do = (_c64(x) for x in (q, k, v, beta, log_alpha, h0, do))
+    B, G, T, dk = q.shape
+    H, dv = v.shape[1], v.shape[3]
+    sb, st0, st1 = _spans(B, T, cu_seqlens)
+    NS = len(sb)
+    la4 = _c64(_gates(log_alpha))
+    has_dh_T = dh_T is not None
+    dh_T_arr = _c64(dh_T) if has_dh_T else np.zeros((1, 1, dk, dv))
+    dvv = np.zeros((B, H, T, dv))
+    dbeta = np.zeros((B, H, T))
+    dla4 = np.zeros(la4.shape)
+    dla = dla4 if log_alpha.ndim == 4 else dla4[..., 0]
+    dh0 = np.empty((NS, H, dk, dv))
+    if H == 0:
+        qk_shape = (B, 0, T, dk) if per_head else (B, G, T, dk)
+        return np.zeros(qk_shape), np.zeros(qk_shape), dvv, dbeta, dla, dh0
+    C = block_size(T)
+    n_threads = get_num_threads()
+    grouped = not (per_head or G == H or NS * G < n_threads)
+    n_workers = max(1, min(n_threads, NS * G if grouped else NS * H))
+    args = (q, k, v, beta, la4, h0, do, dh_T_arr, has_dh_T, float(scale), C, n_workers,
+            sb, st0, st1)
+    if grouped:
+        dq = np.zeros((B, G, T, dk))
+        dkg = np.zeros((B, G, T, dk))
+        _vjp_kernel(*args, False, dq, dkg, dvv, dbeta, dla4, dh0)
+        return dq, dkg, dvv, dbeta, dla, dh0
+    dqh = np.zeros((B, H, T, dk))
+    dkh = np.zeros((B, H, T, dk))
+    _vjp_kernel(*args, True, dqh, dkh, dvv, dbeta, dla4, dh0)
+    if per_head or G == H:
+        return dqh, dkh, dvv, dbeta, dla, dh0
+    dq = np.empty((B, G, T, dk))
+    dkg = np.empty((B, G, T, dk))
+    _group_sum_kernel(dqh, dq)
+    _group_sum_kernel(dkh, dkg)
+    return dq, dkg, dvv, dbeta, dla, dh0

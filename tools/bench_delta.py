@@ -1,0 +1,170 @@
+"""Benchmark of the gated delta rule's Numba oracle against the scalar-gate oracle, same run.
+
+    python tools/bench_delta.py [--B 1] [--repeats 2] [--json FILE] [--txt FILE]
+
+Each case runs in its own subprocess (its peak resident memory is its own), after a warm-up call
+that loads the compiled code from the on-disk cache; the untimed first repeat warms the caches.
+Reported: fwd + vjp time of ``glaref.delta._numba`` and ``glaref._numba`` at g2h8_d128
+(G = 2, H = 8, dk = dv = 128) for T = 2048 and 8192, and the targets:
+
+  1 delta fwd + vjp at T = 8192 within 3x the scalar-gate oracle's (same run, same inputs)
+  2 linear in T: delta's time ratio T 2048 -> 8192 <= 4.6
+  3 peak memory of the delta run (process peak - its resident size before the arrays were
+    made, minus the inputs themselves) <= 2x the float64 bytes of its inputs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SEED = dict(G=2, H=8, dk=128, dv=128)
+TS = (2048, 8192)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def _inputs(B, G, H, T, dk, dv):
+    import numpy as np
+
+    rng = np.random.default_rng([0, B, G, H, T, dk, dv])
+    q = rng.standard_normal((B, G, T, dk))
+    q /= np.linalg.norm(q, axis=-1, keepdims=True)
+    k = rng.standard_normal((B, G, T, dk))
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)
+    v = rng.standard_normal((B, H, T, dv))
+    beta = rng.uniform(0.0, 1.0, (B, H, T))
+    la = -np.logaddexp(0.0, -rng.standard_normal((B, H, T)))
+    h0 = rng.standard_normal((B, H, dk, dv))
+    do = rng.standard_normal((B, H, T, dv))
+    dh_T = rng.standard_normal((B, H, dk, dv))
+    return q, k, v, beta, la, h0, do, dh_T
+
+
+def worker(family: str, B: int, T: int, repeats: int) -> dict:
+    import numba
+
+    from glaref import _numba as scalar
+    from glaref.delta import _numba as delta
+
+    tiny = _inputs(1, 1, 1, 3, 2, 2)
+    delta.forward(*tiny[:6], 1.0)
+    delta.vjp(*tiny, 1.0)
+    scalar.forward(*tiny[:2], tiny[2], tiny[4], tiny[5], 1.0)
+    scalar.vjp(*tiny[:3], *tiny[4:], 1.0)
+    rss_base = _rss_mb()
+    arrays = _inputs(B, SEED["G"], SEED["H"], T, SEED["dk"], SEED["dv"])
+    in_mb = sum(a.nbytes for a in arrays) / 2**20
+    q, k, v, beta, la, h0, do, dh_T = arrays
+    if family == "delta":
+        def fwd():
+            return delta.forward(q, k, v, beta, la, h0, 1.0)
+
+        def bwd():
+            return delta.vjp(q, k, v, beta, la, h0, do, dh_T, 1.0)
+    else:
+        def fwd():
+            return scalar.forward(q, k, v, la, h0, 1.0)
+
+        def bwd():
+            return scalar.vjp(q, k, v, la, h0, do, dh_T, 1.0)
+    t_fwd = t_vjp = float("inf")
+    for rep in range(repeats + 1):
+        t0 = time.perf_counter()
+        out = fwd()
+        t1 = time.perf_counter()
+        grads = bwd()
+        t2 = time.perf_counter()
+        del out, grads
+        if rep:
+            t_fwd, t_vjp = min(t_fwd, t1 - t0), min(t_vjp, t2 - t1)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return {"family": family, "B": B, "T": T, **SEED, "threads": numba.get_num_threads(),
+            "time_fwd_s": t_fwd, "time_vjp_s": t_vjp, "time_fwd_vjp_s": t_fwd + t_vjp,
+            "inputs_mb": in_mb, "rss_base_mb": rss_base, "peak_rss_mb": peak,
+            "extra_mb": peak - rss_base - in_mb}
+
+
+def _sub(args: list[str]) -> dict:
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), *args], capture_output=True,
+                       text=True, cwd=ROOT, timeout=3600)
+    if r.returncode != 0:
+        raise RuntimeError(f"worker {args} failed:\n{r.stderr[-4000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def run(B: int, repeats: int) -> dict:
+    cases = {}
+    for T in TS:
+        for family in ("scalar", "delta"):
+            print(f"{family} T={T} ...", file=sys.stderr, flush=True)
+            cases[f"{family}_T{T}"] = _sub(["--worker", family, "--B", str(B), "--T", str(T),
+                                            "--repeats", str(repeats)])
+    d8, s8, d2 = cases["delta_T8192"], cases["scalar_T8192"], cases["delta_T2048"]
+    ratio = d8["time_fwd_vjp_s"] / s8["time_fwd_vjp_s"]
+    lin = d8["time_fwd_vjp_s"] / d2["time_fwd_vjp_s"]
+    mem = d8["extra_mb"] / d8["inputs_mb"]
+    targets = {
+        "1_vs_scalar_T8192": {"ratio": ratio, "limit": 3.0, "pass": ratio <= 3.0},
+        "2_T2048_to_8192": {"ratio": lin, "limit": 4.6, "pass": lin <= 4.6},
+        "3_peak_memory": {"extra_over_inputs": mem, "limit": 2.0, "pass": mem <= 2.0},
+    }
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
+    return {"cases": cases, "targets": targets, "loadavg": load, "cores": os.cpu_count()}
+
+
+def table(r: dict) -> str:
+    lines = [f"machine: {r['cores']} cores, load average {' '.join(r['loadavg'])} (shared)",
+             f"{'case':<16}{'B':>3}{'T':>6}{'thr':>4}{'fwd s':>9}{'vjp s':>9}{'fwd+vjp s':>11}"
+             f"{'inputs MB':>11}{'extra MB':>10}"]
+    for name, c in r["cases"].items():
+        lines.append(f"{name:<16}{c['B']:>3}{c['T']:>6}{c['threads']:>4}{c['time_fwd_s']:>9.3f}"
+                     f"{c['time_vjp_s']:>9.3f}{c['time_fwd_vjp_s']:>11.3f}{c['inputs_mb']:>11.1f}"
+                     f"{c['extra_mb']:>10.1f}")
+    for name, t in r["targets"].items():
+        fig = t.get("ratio", t.get("extra_over_inputs"))
+        lines.append(f"target {name}: {fig:.2f} (limit {t['limit']}) "
+                     f"{'PASS' if t['pass'] else 'FAIL'}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--worker", choices=("delta", "scalar"))
+    ap.add_argument("--B", type=int, default=1)
+    ap.add_argument("--T", type=int, default=8192)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--json")
+    ap.add_argument("--txt")
+    a = ap.parse_args(argv)
+    if a.worker:
+        print(json.dumps(worker(a.worker, a.B, a.T, a.repeats)))
+        return 0
+    r = run(a.B, a.repeats)
+    text = table(r)
+    print(text)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(r, f, indent=1)
+    if a.txt:
+        with open(a.txt, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
