@@ -36,7 +36,7 @@ import numpy as np
 from . import _claims, _judge
 from ._audit import _args
 from ._audit._engine import JaxOptions, audit_jax, audit_kernel
-from ._audit._presets import PRESETS
+from ._audit._presets import Preset
 from ._claims import Claims
 from ._errors import AuditEnvironmentError, AuditUsageError, ClaimError, DTypeError, ShapeError
 from ._frameworks import FRAMEWORKS, detect_framework, dtype_name, to_host_float64
@@ -62,6 +62,8 @@ __all__ = ["DEFAULT_CONFIG", "DEFAULT_SEQS", "assert_close_to_oracle", "check_ke
 # common chunk lengths (16, 32, 64 divide 64), so ragged last chunks and chunk hand-overs occur.
 DEFAULT_CONFIG = "1,2,4,16,16"    # B, G, H, dk, dv
 DEFAULT_SEQS = (1, 63, 65)
+# check_kernel's defaults for what it is not given
+_CHECK = Preset((), {}, DEFAULT_SEQS, ("fwd_bwd",), 0)
 
 
 def _figure(x: Any) -> str:
@@ -158,7 +160,7 @@ def _run_check(kernel, framework, rows, claims: Claims, *, backend, precision, d
 
 
 def check_kernel(kernel: Callable | str, *, framework: str | None = None,
-                 configs=DEFAULT_CONFIG, seqs=DEFAULT_SEQS, regimes="standard",
+                 configs=DEFAULT_CONFIG, seqs=None, regimes="standard",
                  modes=("fwd_bwd",), seed: int = 0, scale: float = 1.0, cu_seqlens=None,
                  backend: str | None = None, precision: str = "default",
                  device: str | None = None, **claims: Any) -> list[dict[str, Any]]:
@@ -180,7 +182,8 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
         checked forward only: its rows are mode "fwd" with ``forward_only`` giving the reason (a
         warning says so for torch).
     configs, seqs, regimes, modes, seed, scale
-        The rows, as ``glaref.audit``'s; by default a few seconds' worth of small cases on a CPU.
+        The rows, as ``glaref.audit``'s; by default a few seconds' worth of small cases on a CPU
+        (seqs None: ``DEFAULT_SEQS``, or the T that explicit ``cu_seqlens`` offsets fix).
     cu_seqlens : str or sequence of int, optional
         Packed sequences, as ``glaref.audit``'s ("0,5,5,40" or "random:N"); the kernel receives
         the offsets as the keyword ``cu_seqlens=`` (a NumPy int64 array; for torch a tensor).
@@ -221,7 +224,7 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
     __tracebackhide__ = True
     try:
         parsed = parse_claims(claims, "check_kernel")
-        rows = _args.rows(PRESETS["quick"], configs=configs, seqs=seqs, modes=modes,
+        rows = _args.rows(_CHECK, configs=configs, seqs=seqs, modes=modes,
                           regimes=regimes, seed=seed, scale=scale, cu_seqlens=cu_seqlens)
         records = _run_check(kernel, framework, rows, parsed, backend=backend,
                              precision=precision, device=device)

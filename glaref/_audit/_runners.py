@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from .. import _judge
-from .._frameworks import run_kernel
+from .._frameworks import kernel_traceback, run_kernel
 from .._inputs import (
     _KIND,
     ARRAYS,
@@ -60,17 +59,6 @@ class Measured:
     traceback: str | None = None
     declined: bool = False
     truth: _judge.Truth | None = None
-
-
-def kernel_traceback(exc: BaseException) -> str:
-    """The traceback of an exception a kernel raised, glaref's own frames trimmed: from the
-    first frame outside the glaref package on."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    keep = [i for i, f in enumerate(frames) if "/glaref/" not in f.filename.replace("\\", "/")]
-    tb = exc.__traceback__
-    for _ in range(keep[0] if keep else 0):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def raised(exc: BaseException) -> str:

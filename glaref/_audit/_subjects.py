@@ -40,6 +40,7 @@ from typing import Callable
 
 from .._claims import Claims
 from .._errors import AuditEnvironmentError, AuditUsageError
+from .._frameworks import accepts
 from ._presets import BUILTIN_IMPLS
 
 
@@ -49,14 +50,6 @@ class Subject:
     fn: Callable         # (q, k, v, log_alpha, h0) -> o | (o, h_T), arrays in the audit's layout
     claims: Claims       # what the verdict knows of it (glaref._claims): the caller's, or a
     #                      built-in kernel's own chunk size, accumulate dtype and forms
-
-
-def _accepts(fn: Callable, name: str) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def _precision_arg(precision: str):
@@ -147,7 +140,7 @@ def _user(spec: str, claims: Claims, scale: float) -> Subject:
     if not callable(fn):
         raise AuditUsageError(f"impl: {spec!r} names {fn!r:.60} (type {type(fn).__name__}), "
                               "expected a callable")
-    if _accepts(fn, "scale"):
+    if accepts(fn, "scale"):
         fn = functools.partial(fn, scale=scale)
     return Subject(spec, fn, claims)
 
@@ -174,7 +167,7 @@ def framework_subject(kernel: Callable, claims: Claims, *, packed: bool) -> Subj
 
 
 def _check_packed(subject: Subject, packed: bool) -> None:
-    if packed and not _accepts(subject.fn, "cu_seqlens"):
+    if packed and not accepts(subject.fn, "cu_seqlens"):
         raise AuditUsageError(f"impl {subject.name!r}: packed sequences are given to a kernel as "
                               "the keyword cu_seqlens=, which its signature does not take")
 
@@ -188,7 +181,7 @@ def _resolve(impl, claims: Claims, precision: str, scale: float) -> Subject:
     if isinstance(impl, Subject):
         return impl
     if callable(impl):
-        fn = functools.partial(impl, scale=scale) if _accepts(impl, "scale") else impl
+        fn = functools.partial(impl, scale=scale) if accepts(impl, "scale") else impl
         return Subject(kernel_name(impl), fn, claims)
     if not isinstance(impl, str) or not impl:
         raise AuditUsageError(f"impl: got {impl!r}, expected a kernel name, spec or callable")
