@@ -23,6 +23,14 @@ import re
 import sys
 from typing import Sequence
 
+from . import _golden_cli
+from ._audit import _merge, _report, audit
+from ._audit._args import split as _split
+from ._audit._presets import CONFIGS, PRESETS, parse_config
+from ._errors import AuditEnvironmentError, AuditUsageError, ClaimError
+
+__all__ = ["PROG", "main"]
+
 PROG = "glaref"
 
 # the engine's argument names, as the command line spells them (for its error messages)
@@ -32,7 +40,8 @@ _FLAGS = {"impl": "--impl", "config": "--config", "seq": "--seq", "mode": "--mod
           "accumulate_dtype": "--accumulate-dtype", "dlog_alpha_form": "--dlog-alpha-form",
           "seed": "--seed", "regime": "--regime",
           "preset": "--preset", "oracle_impl": "--oracle", "json_path": "--json",
-          "layout": "--layout", "scale": "--scale"}
+          "layout": "--layout", "scale": "--scale", "gate": "--gate",
+          "cu_seqlens": "--cu-seqlens", "shard": "--shard"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,8 +58,6 @@ class _UsageExit(Exception):
 
 
 def _parser() -> _Parser:
-    from ._audit._presets import CONFIGS, PRESETS
-
     p = _Parser(prog=PROG, description="Float64 ground truth and kernel audit for scalar-gated "
                 "linear attention.")
     sub = p.add_subparsers(dest="command", metavar="command", parser_class=_Parser)
@@ -58,9 +65,11 @@ def _parser() -> _Parser:
         "audit", help="audit JAX kernels against the float64 oracle",
         description="Per-output and per-gradient accuracy (vs the float64 oracle), time and XLA "
         "memory of JAX kernels, in the seed report's format. Verdict per output: no non-finite "
-        "value and budget_ulps (error in units of the compute dtype's rounding, relative to the "
-        "sum of |terms|) within the bound of a correct kernel. Exit 0 within the bound, 1 exceeded "
-        "or non-finite, 2 usage error, 3 environment error.")
+        "value; a normwise error within the allowed ratio (x_ref) of the error glaref's "
+        "same-precision reference kernels make on the same inputs (calibrated tier); and "
+        "budget_ulps (error in units of the compute dtype's rounding, relative to the sum of "
+        "|terms|) within the worst case of any correct kernel (proven tier). Exit 0 every row "
+        "within the verdict, 1 a row failed, 2 usage error, 3 environment error.")
     a.add_argument("--impl", help="comma-separated kernels: chunked, scan, package.module:function "
                    "or path/to/file.py:function (default: the preset's, chunked,scan)")
     a.add_argument("--layout", default="bhtd", help="layout the kernels take: bhtd or bthd "
@@ -79,8 +88,10 @@ def _parser() -> _Parser:
     a.add_argument("--repeats", type=int, help="timed repeats per row (default: the preset's, 3; "
                    "0: accuracy only, no timing)")
     a.add_argument("--chunk-size", type=int, help="user kernels: their chunk length (1 for a "
-                   "step-by-step scan), which tightens the error bound; default unknown (the "
-                   "larger bound of 1 and T). Built-in kernels carry their own")
+                   "step-by-step scan): the reference kernels they are held to run at that chunk "
+                   "(and the proven bound follows it). Default unknown: held to 64-step chunks, "
+                   "widened towards a step-by-step scan and 256-step chunks where those err "
+                   "more. Built-in kernels carry their own")
     a.add_argument("--accumulate-dtype", choices=("float64", "float32", "float16", "bfloat16"),
                    help="user kernels: the dtype they accumulate and carry states in when their "
                    "inputs are narrower; default float32, as production kernels do. Give the "
@@ -118,13 +129,29 @@ def _parser() -> _Parser:
                    "exceeded (usage and environment errors still exit 2 and 3)")
     a.add_argument("--no-progress", "--quiet", dest="progress", action="store_false",
                    help="no progress lines on stderr (default: one line per row)")
-    from . import _golden_cli
+    a.add_argument("--shard", metavar="I/N", help="run only shard I of N (0 <= I < N): the "
+                   "problems I, I+N, ... of the plan, for a scheduler to split an audit across "
+                   "machines or cores; join the shards' --json reports with glaref report merge")
+    r = sub.add_parser("report", help="audit reports: merge the shards of an audit",
+                       description="Work on the JSON reports of glaref audit.")
+    acts = r.add_subparsers(dest="report_action", metavar="action", parser_class=_Parser)
+    m = acts.add_parser("merge", help="join the --json reports of an audit's shards",
+                        description="Join the JSON reports of glaref audit --shard 0/N .. N-1/N "
+                        "into one report, in the unsharded audit's row order: equal to the "
+                        "unsharded report but for the timings.")
+    m.add_argument("reports", nargs="+", metavar="SHARD.json")
+    m.add_argument("-o", "--output", required=True, metavar="ALL.json",
+                   help="the joined report to write")
     _golden_cli.add_parser(sub)
     return p
 
 
-def _err(msg: str) -> None:
-    # an engine message names its argument first ("chunk_size: got 0, ..."): use the flag's name
+def _err(msg: str | Exception) -> None:
+    """A one-line refusal. A claim's error names its argument (``ClaimError.argument``), shown as
+    its flag; the engine's other messages start with the argument's name, likewise replaced."""
+    if isinstance(msg, ClaimError):
+        msg = f"{_FLAGS.get(msg.argument, msg.argument)}: {msg.detail}"
+    msg = str(msg)
     m = re.match(r"(\w+)(?=[: ])", msg)
     if m and m.group(1) in _FLAGS:
         msg = _FLAGS[m.group(1)] + msg[m.end():]
@@ -132,10 +159,6 @@ def _err(msg: str) -> None:
 
 
 def _audit(ns: argparse.Namespace) -> int:
-    from ._audit import _report
-    from ._audit._engine import _split
-    from ._errors import AuditEnvironmentError, AuditUsageError
-
     if ns.plot:
         try:
             _report.check_output(ns.plot, "--plot", _report.PLOT_FORMATS)
@@ -147,8 +170,6 @@ def _audit(ns: argparse.Namespace) -> int:
         except ImportError:
             _err("--plot needs matplotlib, which is not installed (pip install 'glaref[plot]')")
             return 3
-    from ._audit import audit
-
     impls = _split(ns.impl) if ns.impl else None
     configs = ns.config if ns.config else None
     preset_names = None
@@ -163,7 +184,6 @@ def _audit(ns: argparse.Namespace) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     # The table needs column widths before the first row: resolve names cheaply here.
-    from ._audit._presets import PRESETS, parse_config
     try:
         pre = PRESETS[ns.preset]
         names = impls if impls else list(pre.impls)
@@ -189,13 +209,13 @@ def _audit(ns: argparse.Namespace) -> int:
               repeats=ns.repeats, seed=ns.seed, regimes=ns.regime, json_path=ns.json,
               oracle_impl=ns.oracle, chunk_size=ns.chunk_size,
               accumulate_dtype=ns.accumulate_dtype, dlog_alpha_form=ns.dlog_alpha_form,
-              gate=ns.gate, cu_seqlens=ns.cu_seqlens,
+              gate=ns.gate, cu_seqlens=ns.cu_seqlens, shard=ns.shard,
               on_record=keep, progress=progress if ns.progress else None)
     except AuditUsageError as exc:
-        _err(str(exc))
+        _err(exc)
         return 2
     except AuditEnvironmentError as exc:
-        _err(str(exc))
+        _err(exc)
         return 3
     except KeyboardInterrupt:
         where = f"; {ns.json} keeps them" if ns.json else ""
@@ -209,6 +229,8 @@ def _audit(ns: argparse.Namespace) -> int:
         print()
     for note in _report.notes(records):
         print(note)
+    for tb in _report.tracebacks(records):
+        print(tb)
     print(line)
     if ns.plot:
         _report.plot(records, ns.plot)
@@ -218,6 +240,21 @@ def _audit(ns: argparse.Namespace) -> int:
     if code == 1 and ns.exit_zero:
         return 0
     return code
+
+
+def _report_cmd(ns: argparse.Namespace) -> int:
+    if ns.report_action != "merge":
+        print(f"{PROG} report: error: an action is required (merge)", file=sys.stderr)
+        return 2
+    try:
+        print(_merge.main_merge(ns.reports, ns.output))
+    except AuditUsageError as exc:
+        print(f"{PROG} report merge: error: {exc}", file=sys.stderr)
+        return 2
+    except AuditEnvironmentError as exc:
+        print(f"{PROG} report merge: error: {exc}", file=sys.stderr)
+        return 3
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -234,10 +271,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.command == "audit":
         return _audit(ns)
     if ns.command == "oracles":
-        from . import _golden_cli
         return _golden_cli.run(ns)
+    if ns.command == "report":
+        return _report_cmd(ns)
     parser.print_usage(sys.stderr)
-    print(f"{PROG}: error: a command is required (audit or oracles)", file=sys.stderr)
+    print(f"{PROG}: error: a command is required (audit, report or oracles)", file=sys.stderr)
     return 2
 
 
