@@ -61,6 +61,7 @@ def _run_under(coretype: str) -> dict[str, str]:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow        # two subprocesses, each compiling the reference kernels: ~1 min
 @pytest.mark.skipif(sys.platform != "linux" or os.uname().machine not in ("x86_64", "AMD64"),
                     reason="OPENBLAS_CORETYPE names x86-64 kernels")
 def test_reference_kernels_give_the_same_bytes_under_every_blas_kernel():
