@@ -5,6 +5,9 @@
   (``zoo.dlog_alpha_form``), passes on every default regime, five seeds, float32 and bfloat16
   inputs with float32 accumulation: no false alarm, and the worst ratio to the allowed one is
   reported.
+- The field's designs (tests/zoo.py ``field_zoo``: chunk-local cumsum decays at C = 16 .. 256,
+  Mamba2's chunk scan) never FAIL with the CLI's defaults (ok or less accurate), and are ok once
+  they declare their whole design.
 - Sensitivity: the smallest error injected into glaref.kernels.chunked's outputs (a user's
   callable, structure unknown) that the verdict flags is at most SENSITIVITY_TARGET times the
   output's natural error, for every output, both injections, the target regimes and both dtypes.
@@ -24,6 +27,7 @@ pytest.importorskip("jax", reason="the zoo and the subject kernels are JAX kerne
 
 from glaref import _judge, _sensitivity, regimes  # noqa: E402
 from glaref._inputs import OUTPUTS, Dims  # noqa: E402
+from glaref.tolerances import tol  # noqa: E402
 
 import zoo  # noqa: E402  (tests/ is on sys.path under pytest)
 
@@ -78,6 +82,51 @@ def test_zoo_of_correct_kernels_passes_with_the_cli_defaults(regime, dtype):
                             worst = (a.ratio, f"{name} [{form}] {out} T={dims.T} seed={seed}")
     assert not bad, f"false alarms on {regime} {dtype}: {bad}"
     print(f"{regime} {dtype}: worst ratio {worst[0]:.3g} ({worst[1]})")
+
+
+@functools.lru_cache(maxsize=None)
+def _field_zoo():
+    return zoo.field_zoo()
+
+
+def _field_rows(regime: str, dims_list, seeds, dtype: str):
+    """Every field-zoo member judged with the CLI defaults (chunk size given only where the
+    member declares it) and with its whole design declared (chunk size, decay form and dlog_alpha
+    form, where it declares its chunk): ({outcome: count}, FAIL reasons, worst envelope ratio and where,
+    [(output, x_best)] of the declared judgements)."""
+    counts, bad, worst, declared = {}, [], (0.0, None), []
+    for dims in dims_list:
+        for seed in seeds:
+            t = truth(regime, dims, seed, dtype)
+            for name, (fn, C, form) in _field_zoo().items():
+                outs, dts = _sensitivity.jax_outputs(fn, t, dtype)
+                for decay, dform in ((None, None), ("chunk_cumsum", form))[:2 if C else 1]:
+                    per = _judge.assess_outputs(t, outs, dts, chunk_size=C, decay_form=decay,
+                                                dlog_alpha_form=dform, **_judge_kw(dtype))
+                    for out, a in per.items():
+                        counts[a.outcome] = counts.get(a.outcome, 0) + 1
+                        if not a.ok:
+                            bad.append(f"{name} C={C} [{decay}] T={dims.T} seed={seed}: {a.reason}")
+                        if a.envelope_ratio is not None and a.envelope_ratio > worst[0]:
+                            worst = (a.envelope_ratio, f"{name} [{decay}] {out} T={dims.T} seed={seed}")
+                        if decay is not None:
+                            declared.append((f"{name} {out} T={dims.T} seed={seed}", a.ratio))
+    return counts, bad, worst, declared
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("regime", regimes.DEFAULT_REGIMES)
+def test_the_fields_chunk_cumsum_designs_never_fail_with_the_cli_defaults(regime, dtype):
+    """flash-linear-attention's chunk form (chunk-local cumsum decays; dlog_alpha by the identity
+    and by autodiff) at C = 16, 32, 64 undeclared and 128, 256 declared, and Mamba2's chunk scan
+    (C = 256 declared): never FAIL with the CLI defaults (ok or less accurate), and ok, within
+    the calibrated ratio of their own design, once they declare decay_form='chunk_cumsum'."""
+    counts, bad, worst, declared = _field_rows(regime, regimes.REGIMES[regime].cases(SMALL),
+                                               SEEDS, dtype)
+    assert not bad, f"false alarms on {regime} {dtype}: {bad}"
+    loose = [(w, r) for w, r in declared if r is not None and r > tol("calibrated_ratio")]
+    assert not loose, f"declared designs not ok: {loose}"
+    print(f"{regime} {dtype}: {counts}, worst envelope ratio {worst[0]:.3g} ({worst[1]})")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
