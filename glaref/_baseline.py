@@ -25,11 +25,13 @@ audit, glaref's own JAX kernels included.
 
 Designs (docs/budgets.md, section 9). The field's correct kernels differ in how they round, and
 each of these is a reference kernel of its own: ``decay`` "segment_sums" forms every exponent as
-a sum over its own segment (glaref's kernels, Mamba2's ssd_minimal), "chunk_cumsum" as the difference of a
-chunk-local cumulative sum rounded once per step (flash-linear-attention's chunk_local_cumsum,
-Mamba2's dA_cumsum chunk scan), whose error grows with the chunk's total decay, never with T;
-``order`` "lanes" sums every dot product in eight interleaved partial sums combined in a fixed
-tree, "sequential" one term after another (what XLA's CPU backend does for some reductions).
+a sum over its own segment (glaref's kernels, Mamba2's ssd_minimal), "chunk_cumsum" as the
+difference of a chunk-local cumulative sum rounded once per step (flash-linear-attention's
+chunk_local_cumsum, Mamba2's dA_cumsum chunk scan), whose error grows with the chunk's total
+decay, never with T; ``order`` "lanes" sums every dot product in eight interleaved partial sums
+combined in a fixed tree (the scan's own order), "sequential" one term after another (the
+chunked kernels' own order, as OpenBLAS's and XLA's CPU matrix products accumulate; the scan
+summing so is the field's term-by-term design, what XLA does for some of a scan's reductions).
 
 Reproducibility. Nothing here calls BLAS: every matrix product is ``_dot`` (``_baseline_scan.bmm``,
 the order above, each product rounded before it is added), every sum over steps a cumulative
@@ -76,8 +78,12 @@ ROUNDINGS = ("tf32", "bfloat16", "float16")
 # segment, or differences of a chunk-local cumulative sum (flash-linear-attention, Mamba2)
 DECAY_FORMS = ("segment_sums", "chunk_cumsum")
 # the order every dot product sums in (``_baseline_scan.dot``): eight interleaved partial sums
-# combined in a fixed tree, or one term after another (the loosest order compilers use)
+# combined in a fixed tree, or one term after another (one accumulator per result, as OpenBLAS's
+# and XLA's CPU matrix products accumulate along the inner dimension). Each kernel's own default
+# (``DEFAULT_ORDER``): the scan sums in lanes, the chunked kernels sequentially, the orders they
+# were calibrated with (docs/budgets.md, section 9)
 ORDERS = ("lanes", "sequential")
+DEFAULT_ORDER = {"scan": "lanes", "chunked": "sequential"}
 
 # mantissa bits dropped from float32's 23 to reach each format
 _DROP = {"tf32": 13, "bfloat16": 16, "float16": 13}
@@ -107,11 +113,10 @@ def round_to(x: np.ndarray, fmt: str | None) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------ chunked
 
-def _dot(a, b, order="lanes"):
+def _dot(a, b, order="sequential"):
     """a @ b (a (..., M, K), b (..., K, N), batch axes broadcast) in the arrays' dtype, every entry
-    summed in one fixed order (``_baseline_scan.bmm``: eight interleaved partial sums combined in
-    a fixed tree, no fused multiply-add), never by BLAS, whose float32 order differs between the
-    kernels a machine picks."""
+    summed in the fixed ``order`` (``ORDERS``, ``_baseline_scan.bmm``; no fused multiply-add),
+    never by BLAS, whose float32 order differs between the kernels a machine picks."""
     from ._baseline_scan import bmm
 
     dt = np.result_type(a, b)
@@ -127,7 +132,7 @@ def _dot(a, b, order="lanes"):
     return bmm(A, Bt, out, ORDERS.index(order)).reshape(batch + (M, N))
 
 
-def _mm(a, b, operand, storage, order="lanes"):
+def _mm(a, b, operand, storage, order="sequential"):
     """A matrix product of the kernel: operands rounded to ``operand``, the result (accumulated
     in the arrays' dtype in ``_dot``'s fixed order) rounded to ``storage``."""
     return round_to(_dot(round_to(a, operand), round_to(b, operand), order), storage)
@@ -243,7 +248,7 @@ def _sweep(q, k, v, la, h0, do, dh_T, scale, st, grads, C, decays, forward, back
 
 
 def _chunked(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK,
-             decay="segment_sums", order="lanes"):
+             decay="segment_sums", order="sequential"):
     """The chunked kernel on per-head arrays (B, H, T, d) in the working dtype, its decays of
     ``decay`` form (``_decay_exponents``)."""
     dt = q.dtype
@@ -293,7 +298,7 @@ def _chunked(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK,
 
 
 def _chunked_vector(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK,
-                    decay="segment_sums", order="lanes"):
+                    decay="segment_sums", order="sequential"):
     """The chunked kernel for vector gates, la (B, H, T, dk): one decay per key dimension.
 
     The decay differs per term of q_i . k_j, so the intra-chunk scores are no masked Q K^T:
@@ -385,11 +390,12 @@ def _scan(qh, kh, v, la, h0, do, dh_T, scale, operand, storage, grads, order="la
 
 def run(kernel: str, p, scale: float, *, arith: str = "float32", operand: str | None = None,
         storage: str | None = None, grads: bool = True, chunk: int = CHUNK,
-        decay: str = "segment_sums", order: str = "lanes") -> dict[str, np.ndarray]:
+        decay: str = "segment_sums", order: str | None = None) -> dict[str, np.ndarray]:
     """Run the same-precision reference kernel ``kernel`` ("scan" or "chunked", the latter with
     chunks of ``chunk`` steps and decays of form ``decay``, ``DECAY_FORMS``), every dot product
-    summed in ``order`` (``ORDERS``), on canonical problem ``p`` (``_inputs.Problem``; with ``grads`` its
-    ``do`` is required and ``dh_T=None`` means zero). Returns float64 arrays under glaref's
+    summed in ``order`` (``ORDERS``; None: the kernel's own, ``DEFAULT_ORDER``), on canonical
+    problem ``p`` (``_inputs.Problem``; with ``grads`` its ``do`` is required and ``dh_T=None``
+    means zero). Returns float64 arrays under glaref's
     output names: o, h_T and, with ``grads``, q, k, v, log_alpha, h0 (dq, dk summed over each
     group's heads, in head order), plus ``log_alpha_direct``: dlog_alpha in the direct form (the
     chunked kernel's identity without its cancelling pairs; the scan's own dlog_alpha).
@@ -404,6 +410,8 @@ def run(kernel: str, p, scale: float, *, arith: str = "float32", operand: str | 
         raise ValueError(f"arith: got {arith!r}, expected 'float32' or 'float64'")
     if decay not in DECAY_FORMS:
         raise ValueError(f"decay: got {decay!r}, expected one of {DECAY_FORMS}")
+    if order is None:
+        order = DEFAULT_ORDER.get(kernel, "lanes")
     if order not in ORDERS:
         raise ValueError(f"order: got {order!r}, expected one of {ORDERS}")
     for name, fmt in (("operand", operand), ("storage", storage)):

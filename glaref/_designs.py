@@ -43,7 +43,7 @@ class Design:
     chunk: int | None
     label: str
     decay: str = "segment_sums"
-    order: str = "lanes"
+    order: str | None = None          # None: the kernel's own (``_baseline.DEFAULT_ORDER``)
     family: str | None = None
 
 

@@ -42,13 +42,14 @@ b = rng.standard_normal((128, 48)).astype(np.float32)
 out["np.matmul"] = hashlib.sha256((a @ b).tobytes()).hexdigest()
 for gate in ("scalar", "vector"):
     p = regimes.make_inputs("strong_decay", d, 0, gate=gate)
-    for kernel, decay in (("scan", "segment_sums"), ("chunked", "segment_sums"), ("chunked", "chunk_cumsum")):
-        for operand in (None, "bfloat16"):
-            r = _baseline.run(kernel, p, 0.3, chunk=32, decay=decay, operand=operand)
+    for kernel, decay in (("scan", "segment_sums"), ("chunked", "segment_sums"),
+                          ("chunked", "chunk_cumsum")):
+        for operand, order in ((None, None), ("bfloat16", None), (None, "sequential")):
+            r = _baseline.run(kernel, p, 0.3, chunk=32, decay=decay, operand=operand, order=order)
             h = hashlib.sha256()
             for name in sorted(r):
                 h.update(name.encode() + r[name].tobytes())
-            out[f"{gate} {kernel} {decay} {operand}"] = h.hexdigest()
+            out[f"{gate} {kernel} {decay} {operand} {order}"] = h.hexdigest()
 print(json.dumps(out))
 """
 
@@ -77,29 +78,35 @@ def test_reference_kernels_give_the_same_bytes_under_every_blas_kernel():
                     "this machine cannot show the dependence the test guards against")
 
 
-def test_the_fixed_order_product_is_a_matrix_product():
+@pytest.mark.parametrize("order", _baseline.ORDERS)
+def test_the_fixed_order_product_is_a_matrix_product(order):
     """_dot against float64 products: within float32 accumulation's bound, batch axes broadcast,
-    and exactly the sum of the 8 lanes combined pairwise for a small case (its documented order)."""
+    and exactly its documented order on one entry."""
     rng = np.random.default_rng(3)
     a = rng.standard_normal((3, 1, 5, 37)).astype(np.float32)
     b = rng.standard_normal((4, 37, 6)).astype(np.float32)
-    got = _baseline._dot(a, b)
+    got = _baseline._dot(a, b, order)
     exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
     assert got.shape == (3, 4, 5, 6) and got.dtype == np.float32
     bound = 37 * np.finfo(np.float32).eps * np.matmul(np.abs(a.astype(np.float64)),
                                                       np.abs(b.astype(np.float64)))
     assert np.all(np.abs(got - exact) <= bound)
-    # the documented order on one entry: lane l sums a_k b_k for k = l, l + 8, ... (k < 32)
-    # in turn, the lanes combine as ((0+1)+(2+3))+((4+5)+(6+7)), the 5 remaining terms after
-    x, y = a[0, 0, 0], b[0, :, 0]
-    prod = (x * y).astype(np.float32)
-    lanes = [np.float32(0)] * 8
-    for k in range(32):
-        lanes[k % 8] = np.float32(lanes[k % 8] + prod[k])
-    rest = np.float32(0)
-    for k in range(32, 37):
-        rest = np.float32(rest + prod[k])
     f = np.float32
+    prod = (a[0, 0, 0] * b[0, :, 0]).astype(np.float32)        # each product rounded first
+    if order == "sequential":                                  # one term after another
+        acc = f(0)
+        for k in range(37):
+            acc = f(acc + prod[k])
+        assert got[0, 0, 0, 0] == acc
+        return
+    # lanes: lane l sums the terms k = l, l + 8, ... (k < 32) in turn, the lanes combine as
+    # ((0+1)+(2+3))+((4+5)+(6+7)), the 5 remaining terms summed apart and added last
+    lanes = [f(0)] * 8
+    for k in range(32):
+        lanes[k % 8] = f(lanes[k % 8] + prod[k])
+    rest = f(0)
+    for k in range(32, 37):
+        rest = f(rest + prod[k])
     tree = f(f(f(lanes[0] + lanes[1]) + f(lanes[2] + lanes[3]))
              + f(f(lanes[4] + lanes[5]) + f(lanes[6] + lanes[7])))
     assert got[0, 0, 0, 0] == f(tree + rest)
