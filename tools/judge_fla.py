@@ -222,16 +222,18 @@ def judge_case(name: str, fn: Callable, config: str, B: int, T: int, H: int, K: 
             "kernel_s": kernel_s, "judge_s": judge_s, "outputs": outputs}
 
 
-def plan(quick: bool, only: list[str], regimes: list[str]):
-    """[(reference, config, B, T, H, K, V, regime)]: every case of the run, cheapest first."""
+def plan(quick: bool, only: list[str], regimes: list[str], seqs: list[int] | None = None,
+         configs: list[str] | None = None):
+    """[(reference, config, B, T, H, K, V, regime)]: every case of the run, cheapest first;
+    ``seqs``, ``configs``: only these of the run's sequence lengths and configs."""
     from glaref._audit._presets import SEED_CONFIGS
 
     rows = []
-    seqs = QUICK_SEQS if quick else SEQS
     long_seq = QUICK_LONG_SEQ if quick else LONG_SEQ
-    for T in seqs + (long_seq,):
+    every = (QUICK_SEQS if quick else SEQS) + (long_seq,)
+    for T in (every if seqs is None else [t for t in every if t in seqs]):
         for config, (B, _G, H, K, V) in SEED_CONFIGS.items():
-            if T == long_seq and config != LONG_CONFIG:
+            if (T == long_seq and config != LONG_CONFIG) or (configs and config not in configs):
                 continue
             b, h = SIZE_CUT.get((config, T), (B, H))
             if quick:
@@ -353,6 +355,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated references (default: all four)")
     ap.add_argument("--regimes", default=",".join(REGIMES))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--configs", help="comma-separated seed configs of the run to keep (default: "
+                    "all of them)")
+    ap.add_argument("--seqs", help="comma-separated sequence lengths of the run to keep (default: "
+                    "all of them)")
     ap.add_argument("--out", default="docs/reports/fla_cpu",
                     help="writes OUT.json and OUT.txt")
     ap.add_argument("--exact-gate-sums", action="store_true",
@@ -393,7 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     done = {(r["reference"], r["config"], r["batch"], r["seq"], r["heads"], r["regime"])
             for r in records}
     t_start = time.perf_counter() - sum(r["kernel_s"] + r["judge_s"] for r in records)
-    cases = plan(args.quick, only, regimes)
+    seqs = None if args.seqs is None else [int(t) for t in args.seqs.split(",") if t]
+    configs = None if args.configs is None else args.configs.split(",")
+    cases = plan(args.quick, only, regimes, seqs, configs)
     for i, (name, config, B, T, H, K, V, regime) in enumerate(cases):
         if (name, config, B, T, H, regime) in done:
             continue
