@@ -155,7 +155,13 @@ def test_a_declared_dlog_alpha_form_binds_and_sharpens():
     la = outs["log_alpha"], dts["log_alpha"]
     assert _judge.assess_output(t, "log_alpha", *la, **kw).ok
     assert _judge.assess_output(t, "log_alpha", *la, dlog_alpha_form="identity", **kw).ok
+    # declared "direct" with the rest of its design unknown: beyond the most accurate direct-form
+    # references (not ok), within the field's chunk-cumsum design's; with its whole design
+    # declared (64-step chunks of segment sums) the wrong form FAILs
     wrong = _judge.assess_output(t, "log_alpha", *la, dlog_alpha_form="direct", **kw)
+    assert wrong.outcome == "less_accurate" and wrong.ratio > tol("calibrated_ratio"), wrong.reason
+    wrong = _judge.assess_output(t, "log_alpha", *la, dlog_alpha_form="direct", chunk_size=64,
+                                 decay_form="segment_sums", **kw)
     assert not wrong.ok and wrong.failed_tier == "calibrated", wrong.reason
     outs, dts = _sensitivity.jax_outputs(_zoo()["scan"], t, "float32")
     for kind in _sensitivity.KINDS:
@@ -197,7 +203,17 @@ def test_injection_and_threshold_are_what_they_say():
                                  dts["o"], **kw)
     above = _judge.assess_output(t, "o", _sensitivity.inject(outs["o"], r["eps"], "systematic"),
                                  dts["o"], **kw)
+    R = tol("calibrated_ratio")
+    assert below.outcome == "ok" and above.outcome != "ok" and below.ratio <= R < above.ratio
+    # the FAIL threshold: where the ratio to the envelope of the field's designs crosses R
+    f = _sensitivity.threshold(t, "o", outs["o"], dts["o"], "systematic", level="fail", **kw)
+    assert f["eps"] >= r["eps"]
+    below = _judge.assess_output(t, "o", _sensitivity.inject(outs["o"], 0.97 * f["eps"], "systematic"),
+                                 dts["o"], **kw)
+    above = _judge.assess_output(t, "o", _sensitivity.inject(outs["o"], f["eps"], "systematic"),
+                                 dts["o"], **kw)
     assert below.ok and not above.ok and above.failed_tier == "calibrated"
+    assert below.envelope_ratio <= R < above.envelope_ratio
     x = np.asarray(outs["o"])
     assert np.array_equal(_sensitivity.inject(x, 0.5, "systematic"), x * 1.5)
     noise = np.random.default_rng(3).standard_normal(x.shape)
