@@ -18,6 +18,19 @@ differentiable with ``jax.vjp``:
 The identity form is represented by glaref.kernels.chunked at every chunk size; the direct form by
 scan, quadratic and chunked_direct.
 
+The field's designs (``field_zoo()``: {name: (kernel, chunk size it declares, dlog_alpha form)}),
+correct but less accurate than the references above (docs/budgets.md, section 9), judged with
+the CLI's defaults (ok or less accurate, never FAIL) and with their whole design declared (ok):
+
+    cumsumC_identity          flash-linear-attention's chunk_simple_gla form at C = 16, 32, 64
+                              (undeclared) and 128, 256 (declared): decays from the chunk-local
+                              cumulative sum, dlog_alpha by the identity from rounded dq, dk
+                              (tests/mutants.py's correct ``base`` at chunk C)
+    cumsumC_autodiff          the same forward left to JAX autodiff (dlog_alpha through the
+                              cumulative sum)
+    mamba2_chunk_scan256      Mamba2's SSD chunk scan (dA_cumsum, chunk states, state passing,
+                              chunk scan), C = 256 declared, JAX autodiff
+
 Not in the zoo, and reported apart (``weaker()``, tools/sensitivity.py): kernels that are exact in
 exact arithmetic but lose accuracy the references do not, so that the calibrated verdict flags
 them where the loss exceeds the allowed ratio:
