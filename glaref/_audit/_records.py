@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from .. import _judge, _metrics
 from .._claims import Claims
-from .._inputs import FORWARD, GRADS, Dims
+from .._inputs import Dims
 from ..tolerances import tol
 from . import _report
 from ._args import Rows
@@ -98,8 +98,8 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
     rec.update(m.fields)
     rec["rel_err"] = _worst(a.rel_err for a in per.values())
     if m.mode == "fwd_bwd":
-        rec["rel_err_grads"] = {n: per[n].rel_err for n in GRADS if n in per}
-    rec["rel_err_out"] = {n: per[n].rel_err for n in FORWARD if n in per}
+        rec["rel_err_grads"] = {n: per[n].rel_err for n in rows.family.grads if n in per}
+    rec["rel_err_out"] = {n: per[n].rel_err for n in rows.family.outputs if n in per}
     rec["max_abs_err"] = {n: a.max_abs_err for n, a in per.items()}
     rec["reference_rel_err"] = {n: a.baseline_rel_err for n, a in per.items()}
     rec["reference_ratio"] = {n: a.ratio for n, a in per.items()}
@@ -126,11 +126,13 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
 def header(platform: str, *, preset: str, rows: Rows, impls: list[str], repeats: int,
            claims: Claims, precision: str) -> dict[str, Any]:
     """The report's "config": the audit as run (``claims`` as the caller gave them, before a
-    compute dtype resolved them)."""
+    compute dtype resolved them; ``shard`` only in a shard's report, which ``glaref report merge``
+    joins)."""
+    shard = {} if rows.shard is None else {"shard": f"{rows.shard[0]}/{rows.shard[1]}"}
     return {"device": platform, "configs": {k: list(v) for k, v in rows.configs.items()},
             "seq_lens": rows.seqs, "impls": impls, "repeats": repeats, "modes": rows.modes,
             "dtype": claims.dtype, "layout": claims.layout, "scale": rows.scale,
             "seed": rows.seed, "regimes": rows.regimes, "oracle": rows.oracle, "preset": preset,
             "chunk_size": claims.chunk_size, "accumulate_dtype": claims.accumulate_dtype,
             "dlog_alpha_form": claims.dlog_alpha_form, "gate": claims.gate,
-            "precision": precision, "cu_seqlens": rows.cu_seqlens()}
+            "precision": precision, "cu_seqlens": rows.cu_seqlens(), **shard}
