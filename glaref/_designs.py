@@ -3,17 +3,21 @@
 Two things are never confused here: *the oracle* is the float64 truth (``glaref._oracle``); the
 *reference kernels* are correct designs of the recurrence run in the kernel's own arithmetic on
 exactly its inputs (``glaref._baseline.run``), whose errors against the oracle say what a correct
-kernel errs. :func:`yardstick` reads what is claimed (today the chunk size) and returns which
-reference kernels to run (``Yardstick.designs``, read by ``glaref._judge.Truth.references`` to run
-them) and how their errors combine into the baseline (``Yardstick.held_to`` and
-``Yardstick.extremes``, read by ``glaref._verdict.baseline_error`` and ``looseness_notes``).
+kernel errs. :func:`yardstick` reads what is claimed (the chunk size and the decay form) and
+returns which reference kernels to run (``Yardstick.designs``, read by
+``glaref._judge.Truth.references`` to run them) and how their errors combine into the baseline
+(``Yardstick.held_to`` and ``Yardstick.extremes``, read by ``glaref._verdict.baseline_error`` and
+``looseness_notes``) and into the envelope of the field's correct designs (``Yardstick.field``,
+read by ``glaref._verdict.assess``: ok within the baseline's rule, less accurate within the
+envelope's, FAIL beyond it; docs/budgets.md, section 9).
 
-Adding a reference design (say chunk-local cumulative-sum decays at chunk C):
-  1. teach ``glaref._baseline.run`` the kernel (a new ``kernel`` name, same keywords);
-  2. add a role to ``DESIGNS`` below (role name -> ``Design(kernel, chunk, label)``), or build the
-     Design in :func:`yardstick` when its chunk comes from the claims;
+Adding a reference design:
+  1. teach ``glaref._baseline.run`` the design (a kernel name, or a ``decay`` / ``order``);
+  2. add a role to ``DESIGNS`` below (role name -> ``Design(kernel, chunk, label, ...)``), or
+     build the Design in :func:`yardstick` when its chunk comes from the claims;
   3. in :func:`yardstick`, put the role in the designs of the claims that call for it, and say
-     whether it is what the kernel is held to or an extreme that widens the baseline.
+     whether it is what the kernel is held to, an extreme that widens the baseline, or a field
+     design that widens the envelope (give it a ``family``).
 Nothing else names the roles: the engine, the records and the messages follow the table.
 """
 
@@ -23,17 +27,40 @@ from dataclasses import dataclass
 
 from ._baseline import CHUNK, CHUNK_WIDE
 
-__all__ = ["DESIGNS", "Design", "Yardstick", "yardstick"]
+__all__ = ["DESIGNS", "SCAN_SEQUENTIAL", "Design", "Yardstick", "chunk_cumsum", "yardstick"]
 
 
 @dataclass(frozen=True)
 class Design:
     """One reference kernel: ``kernel`` (``glaref._baseline.run``'s name) at ``chunk`` steps per
-    chunk (None: not chunked), and how messages name it."""
+    chunk (None: not chunked), and how messages name it; ``decay`` and ``order``:
+    ``glaref._baseline.run``'s keywords of the same names (``DECAY_FORMS``, ``ORDERS``).
+    ``family``: for the field's correct but less accurate designs (docs/budgets.md, section 9),
+    the design family a less accurate kernel's error is explained by; None for the most
+    accurate ones."""
 
     kernel: str
     chunk: int | None
     label: str
+    decay: str = "segment_sums"
+    order: str | None = None          # None: the kernel's own (``_baseline.DEFAULT_ORDER``)
+    family: str | None = None
+
+
+def chunk_cumsum(C: int) -> Design:
+    """The field's chunked design at chunk C: decays from chunk-local cumulative sums."""
+    return Design("chunked", C, f"{C}-step chunks with chunk-local cumsum decays",
+                  decay="chunk_cumsum",
+                  family=f"decays from chunk-local cumulative sums over {C} steps "
+                         "(flash-linear-attention's chunk_local_cumsum, Mamba2's dA_cumsum)")
+
+
+# the field's step-by-step design: every dot product (over dk, dv, and the dk dv terms of
+# <S_{t-1}, G_t>) summed term by term, the loosest order compilers use (XLA's CPU backend)
+SCAN_SEQUENTIAL = Design("scan", None, "a step-by-step scan summing term by term",
+                         order="sequential",
+                         family="a step-by-step scan whose dot products sum term by term "
+                                "(XLA's sequential reductions)")
 
 
 DESIGNS: dict[str, Design] = {
@@ -46,23 +73,39 @@ DESIGNS: dict[str, Design] = {
 @dataclass(frozen=True)
 class Yardstick:
     """The reference kernels one claim calls for ({role: Design}), the role the kernel is held
-    to, and the roles that widen that baseline when the kernel's structure is unknown (each a
-    correct design the kernel might be)."""
+    to, the roles that widen that baseline when the kernel's structure is unknown (each a
+    correct design the kernel might be), and the field's correct but less accurate designs
+    (``field``) whose errors bound the envelope: beyond the baseline but within the envelope a
+    kernel is *less accurate*, beyond the envelope it FAILs (``glaref._verdict.assess``)."""
 
     designs: dict[str, Design]
     held_to: str
     extremes: tuple[str, ...] = ()
+    field: tuple[str, ...] = ()
 
 
-def yardstick(chunk_size: int | None) -> Yardstick:
-    """The reference kernels for a kernel of ``chunk_size`` (1: step by step; None: unknown).
+def yardstick(chunk_size: int | None, decay_form: str | None = None) -> Yardstick:
+    """The reference kernels for a kernel of ``chunk_size`` (1: step by step; None: unknown)
+    whose decays are of ``decay_form`` (``glaref._claims.DECAY_FORMS``; None: unknown).
 
-    A step-by-step kernel is held to the scan; a chunked one (C) to the chunked reference at C;
-    one of unknown structure to the 64-step chunked reference, widened towards a scan and towards
-    256-step chunks (``glaref._verdict.baseline_error``)."""
+    A step-by-step kernel is held to the scan, its envelope the scan summing term by term; a
+    chunked one (C) to the segment-sum chunked reference at C, its envelope the chunk-local
+    cumsum design at C, or to that design alone when it declares chunk_cumsum decays (and the
+    segment-sum one alone when it declares segment sums); one of unknown structure to the
+    64-step chunked reference, widened towards a scan and towards 256-step chunks
+    (``glaref._verdict.baseline_error``), its envelope the chunk-local cumsum design at 64 steps
+    (flash-linear-attention's default chunk) and the term-by-term scan."""
     if chunk_size == 1:
-        return Yardstick({"scan": DESIGNS["scan"]}, "scan")
+        return Yardstick({"scan": DESIGNS["scan"], "scan_sequential": SCAN_SEQUENTIAL}, "scan",
+                         field=("scan_sequential",))
     if chunk_size is not None:
-        return Yardstick({"chunked": Design("chunked", chunk_size, f"{chunk_size}-step chunks")},
-                         "chunked")
-    return Yardstick(dict(DESIGNS), "chunked", ("scan", "chunked_wide"))
+        if decay_form == "chunk_cumsum":
+            return Yardstick({"chunked_cumsum": chunk_cumsum(chunk_size)}, "chunked_cumsum")
+        seg = {"chunked": Design("chunked", chunk_size, f"{chunk_size}-step chunks")}
+        if decay_form == "segment_sums":
+            return Yardstick(seg, "chunked")
+        return Yardstick({**seg, "chunked_cumsum": chunk_cumsum(chunk_size)}, "chunked",
+                         field=("chunked_cumsum",))
+    return Yardstick({**DESIGNS, "chunked_cumsum": chunk_cumsum(CHUNK),
+                      "scan_sequential": SCAN_SEQUENTIAL}, "chunked", ("scan", "chunked_wide"),
+                     field=("chunked_cumsum", "scan_sequential"))

@@ -89,19 +89,21 @@ class Truth:
         return self._scales[key]
 
     def references(self, with_dh_T: bool, grads: bool, chunk_size: int | None,
-                   arithmetic: dict) -> dict[str, dict[str, np.ndarray]]:
-        """The same-precision reference kernels' outputs on this problem ({kernel: {output:
-        value}}, ``glaref._baseline``), those ``glaref._designs.yardstick(chunk_size)`` calls for;
-        timed apart like the oracle and cached."""
+                   arithmetic: dict, decay_form: str | None = None) -> dict[str, dict[str, np.ndarray]]:
+        """The same-precision reference kernels' outputs on this problem ({role: {output:
+        value}}, ``glaref._baseline``), those ``glaref._designs.yardstick(chunk_size,
+        decay_form)`` calls for; timed apart like the oracle and cached."""
         out = {}
-        for role, design in yardstick(chunk_size).designs.items():
-            key = (design.kernel, design.chunk, with_dh_T, grads,
+        for role, design in yardstick(chunk_size, decay_form).designs.items():
+            key = (design.kernel, design.chunk, design.decay, design.order, with_dh_T, grads,
                    tuple(sorted(arithmetic.items(), key=lambda kv: kv[0])))
             if key not in self._refs:
                 t0 = time.perf_counter()
                 p = self.p._replace(dh_T=self.p.dh_T if with_dh_T else None)
                 self._refs[key] = _baseline.run(design.kernel, p, self.scale, grads=grads,
-                                                chunk=design.chunk or _baseline.CHUNK, **arithmetic)
+                                                chunk=design.chunk or _baseline.CHUNK,
+                                                decay=design.decay, order=design.order,
+                                                **arithmetic)
                 name = f"reference_{design.kernel}" + ("_vjp" if grads else "")
                 self.ms[name] = self.ms.get(name, 0.0) + (time.perf_counter() - t0) * 1e3
             out[role] = self._refs[key]
@@ -143,7 +145,7 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
     scales = truth.scales(final, grads)
     refs = truth.references(final, grads, c.chunk_size,
                             _verdict.reference_arithmetic(cdtype, c.accumulate_dtype,
-                                                          c.operand_dtype))
+                                                          c.operand_dtype), c.decay_form)
     # dlog_alpha is held to the scale of the reverse-cumsum identity (_verdict, decision 3)
     sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
     key = _verdict.reference_key(name, c.dlog_alpha_form)
@@ -165,7 +167,8 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
                            compute_dtype=proven, dims=dims,
                            log_alpha=log_alpha, reference_outputs=ref_out,
                            chunk_size=c.chunk_size, accumulate_dtype=proven_acc,
-                           returned_dtype=dtype, direct_outputs=direct_out)
+                           returned_dtype=dtype, direct_outputs=direct_out,
+                           decay_form=c.decay_form, strict=c.strict)
 
 
 def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[str, str], *,

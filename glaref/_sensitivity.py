@@ -42,18 +42,23 @@ def inject(x: np.ndarray, eps: float, kind: str, seed: int = 0) -> np.ndarray:
 def threshold(truth: _judge.Truth, name: str, x: np.ndarray, dtype: str, kind: str, *,
               final: bool, grads: bool, compute_dtype: str, accumulate_dtype: str | None = None,
               chunk_size: int | None = None, dlog_alpha_form: str | None = None,
-              rel_precision: float = 0.02) -> dict:
+              decay_form: str | None = None, rel_precision: float = 0.02,
+              level: str = "not_ok") -> dict:
     """{"natural": the output's own rel_err, "eps": the smallest injected eps the verdict flags
     (to ``rel_precision``), "ratio": eps / natural, "clean": the uninjected output passes}.
-    eps is inf when nothing up to 1e3 is flagged (the output is zero, say)."""
+    eps is inf when nothing up to 1e3 is flagged (the output is zero, say). ``level``: flagged
+    means an outcome other than ok ("not_ok": less accurate or FAIL) or a failure ("fail")."""
+    if level not in ("not_ok", "fail"):
+        raise ValueError(f"level: got {level!r}, expected 'not_ok' or 'fail'")
     judge = dict(final=final, grads=grads, compute_dtype=compute_dtype,
                  accumulate_dtype=accumulate_dtype, chunk_size=chunk_size,
-                 dlog_alpha_form=dlog_alpha_form)
+                 dlog_alpha_form=dlog_alpha_form, decay_form=decay_form)
     ref = truth.reference(name, final)
     natural = rel_err(np.asarray(x, dtype=np.float64), ref)
 
     def flagged(eps: float) -> bool:
-        return not _judge.assess_output(truth, name, inject(x, eps, kind), dtype, **judge).ok
+        a = _judge.assess_output(truth, name, inject(x, eps, kind), dtype, **judge)
+        return not a.ok if level == "fail" else a.outcome != "ok"
 
     clean = not flagged(0.0)
     hi = max(natural, 1e-12)

@@ -293,7 +293,8 @@ def reference_arithmetic(compute_dtype: str, accumulate_dtype: str | None,
     return {"arith": "float32", "operand": compute_dtype, "storage": acc}
 
 
-def baseline_error(errors: dict[str, float], chunk_size: int | None) -> float:
+def baseline_error(errors: dict[str, float], chunk_size: int | None,
+                   decay_form: str | None = None) -> float:
     """The baseline of one output, from the normwise errors of the reference kernels
     (``_judge.Truth.references``) by role, which ``glaref._designs.yardstick(chunk_size)`` names.
 
@@ -310,7 +311,7 @@ def baseline_error(errors: dict[str, float], chunk_size: int | None) -> float:
     chunks (bfloat16 inputs under near-one gates at T >= 2048, whose products are exact in
     float32 while the scan rounds its state every step), a kernel erring up to m times as much
     as that extreme still passes: max(c, sqrt(c s), sqrt(c w), m s / R, m w / R)."""
-    stick = yardstick(chunk_size)
+    stick = yardstick(chunk_size, decay_form)
     c = errors[stick.held_to]
     if not stick.extremes:
         return c
@@ -322,7 +323,8 @@ def baseline_error(errors: dict[str, float], chunk_size: int | None) -> float:
 
 
 def looseness_notes(output: str, errors: dict[str, float], chunk_size: int | None,
-                    direct_errors: dict[str, float] | None, floor: float) -> list[str]:
+                    direct_errors: dict[str, float] | None, floor: float,
+                    decay_form: str | None = None) -> list[str]:
     """Where an undeclared property of the kernel made this output's verdict looser than the
     declared one would be by more than the allowed ratio R (a kernel of that property could then
     err over R^2 times its own error and pass): one sentence each, saying what sharpens it.
@@ -333,8 +335,8 @@ def looseness_notes(output: str, errors: dict[str, float], chunk_size: int | Non
     Both floored as the verdict floors them."""
     R = tol("calibrated_ratio")
     notes = []
-    base = max(baseline_error(errors, chunk_size), floor)
-    stick = yardstick(chunk_size)
+    base = max(baseline_error(errors, chunk_size, decay_form), floor)
+    stick = yardstick(chunk_size, decay_form)
     if stick.extremes and stick.held_to in errors:
         held = errors[stick.held_to]
         sharp = max(held, floor)
@@ -346,7 +348,7 @@ def looseness_notes(output: str, errors: dict[str, float], chunk_size: int | Non
                          f"{errors[worst] / held:.3g}x it here); give chunk_size "
                          "(--chunk-size) for a sharper verdict")
     if direct_errors is not None:
-        sharp = max(baseline_error(direct_errors, chunk_size), floor)
+        sharp = max(baseline_error(direct_errors, chunk_size, decay_form), floor)
         if base > R * sharp:
             notes.append(f"{output}: dlog_alpha form not declared, so held to the "
                          f"reverse-cumsum identity's references, which err {base / sharp:.3g}x "
@@ -381,13 +383,32 @@ class Assessment:
     allowed_ratio: float
     nonfinite: int = 0
     first_nonfinite: list[int] | None = None
-    failed_tier: str | None = None  # None (passed), "nonfinite", "calibrated", "proven", "undecided"
+    # None (passed), "nonfinite", "calibrated", "proven", "undecided", or "strict" (less accurate
+    # than the most accurate designs, within the field's, and strict was asked for)
+    failed_tier: str | None = None
     reason: str = ""
     notes: list[str] = field(default_factory=list)   # where the verdict is looser (looseness_notes)
+    # calibrated tier: ||x - ref|| over the envelope of the field's correct designs (the largest
+    # of the baseline and their errors); ``ratio`` is the one to the most accurate ones (x_best)
+    envelope_ratio: float | None = None
+    design: str | None = None      # less accurate: the design family that explains the error
 
     @property
     def ok(self) -> bool:
         return self.failed_tier is None
+
+    @property
+    def x_best(self) -> float | None:
+        """The error over the most accurate correct designs' (the baseline): ``ratio``."""
+        return self.ratio
+
+    @property
+    def outcome(self) -> str:
+        """"ok" (within the most accurate designs' rule), "less_accurate" (beyond it, within the
+        field's correct designs: a failure only under strict) or "fail"."""
+        if self.design is not None and self.failed_tier in (None, "strict"):
+            return "less_accurate"
+        return "ok" if self.failed_tier is None else "fail"
 
 
 def _norm(x: np.ndarray) -> float:
@@ -398,15 +419,21 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
            reference_outputs: dict[str, np.ndarray] | None, chunk_size: int | None = None,
            accumulate_dtype: str | None = None, dtype_label: str | None = None,
            returned_dtype: str | None = None,
-           direct_outputs: dict[str, np.ndarray] | None = None) -> Assessment:
-    """Figures and the two-tier verdict of one output (module docstring).
+           direct_outputs: dict[str, np.ndarray] | None = None, decay_form: str | None = None,
+           strict: bool = False) -> Assessment:
+    """Figures and the two-tier verdict of one output (module docstring), with the calibrated
+    tier's three outcomes (``Assessment.outcome``): within R times the baseline of the most
+    accurate designs, ok; beyond it but within R times the envelope of the field's correct
+    designs (``glaref._designs.Yardstick.field``: chunk-local cumsum decays, term-by-term
+    sums), less accurate, a pass unless ``strict``; beyond that, FAIL.
 
     x: the kernel's value (any real float dtype, canonical layout); ref: the oracle's float64
     value on the same rounded inputs; scale: its error scale (``_budget``; the identity's for
     log_alpha). reference_outputs: {"scan": value, "chunked": value} of the same-precision
     reference kernels for this output, already rounded to the dtype the kernel returned it in
-    (None: the calibrated tier is not run and the verdict cannot pass). chunk_size and
-    accumulate_dtype: what is known of the kernel (``budget_bound``, ``baseline_error``).
+    (None: the calibrated tier is not run and the verdict cannot pass). chunk_size, decay_form
+    and accumulate_dtype: what is known of the kernel (``budget_bound``, ``baseline_error``,
+    ``glaref._designs.yardstick``).
     returned_dtype: the dtype the kernel returned this output in (the floor's rounding; None:
     the compute dtype).
     dtype_label names the references' precision in messages (default: the compute dtype).
@@ -435,13 +462,18 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
     if reference_outputs is not None:
         errs = {k: _norm(np.asarray(v, dtype=np.float64) - ref) for k, v in reference_outputs.items()}
         floor = calibrated_floor(ref_norm, returned_dtype, compute_dtype, output, dims, ref.size)
-        base = max(baseline_error(errs, chunk_size), floor)
+        base = max(baseline_error(errs, chunk_size, decay_form), floor)
         a.baseline_rel_err = base / ref_norm if ref_norm else base
         a.ratio = 0.0 if err == 0 else (err / base if base > 0 else math.inf)
+        stick = yardstick(chunk_size, decay_form)
+        field_errs = {r: errs[r] for r in stick.field if r in errs and math.isfinite(errs[r])}
+        env = max([base] + list(field_errs.values()))
+        a.envelope_ratio = 0.0 if err == 0 else (err / env if env > 0 else math.inf)
+        widest = max(field_errs, key=field_errs.get) if field_errs else None
         direct = (None if direct_outputs is None else
                   {k: _norm(np.asarray(v, dtype=np.float64) - ref) for k, v in direct_outputs.items()})
         if math.isfinite(base):
-            a.notes = looseness_notes(output, errs, chunk_size, direct, floor)
+            a.notes = looseness_notes(output, errs, chunk_size, direct, floor, decay_form)
     if a.budget_ulps is not None and a.budget_ulps > bound:
         acc = "" if accumulate_dtype is None else f", accumulating in {accumulate_dtype}"
         a.failed_tier = "proven"
@@ -451,10 +483,27 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
         a.failed_tier = "undecided"
         a.reason = (f"{output}: no verdict: the {label} reference kernels "
                     f"{'did not run' if a.ratio is None else 'gave a non-finite error'}")
-    elif a.ratio > R:
+    elif a.ratio > R and a.envelope_ratio > R:
         a.failed_tier = "calibrated"
         a.reason = (f"{output}: {a.ratio:.3g}x the error of the {label} reference kernels "
                     f"(rel_err {a.rel_err:.3g} vs {a.baseline_rel_err:.3g}; allowed {R:g}x)")
+        if widest is not None:
+            a.reason += (f", {a.envelope_ratio:.3g}x that of every correct design the field "
+                         f"ships (the least accurate here: {stick.designs[widest].family})")
+    elif a.ratio > R:
+        a.design = stick.designs[widest].family
+        if chunk_size is None:
+            sharpen = ("declaring its chunk_size and decay_form holds it to its own design")
+        elif widest == "chunked_cumsum":
+            sharpen = "declaring decay_form='chunk_cumsum' holds it to that design alone"
+        else:
+            sharpen = "no narrower declaration exists"
+        a.reason = (f"{output}: less accurate: {a.ratio:.3g}x the error of the most accurate "
+                    f"{label} reference kernels (allowed {R:g}x), {a.envelope_ratio:.3g}x that "
+                    f"of a correct design the field ships: {a.design}; {sharpen}")
+        if strict:
+            a.failed_tier = "strict"
+            a.reason += "; a failure under strict"
     else:
         a.reason = f"{output}: {a.ratio:.3g}x the {label} reference kernels' error (allowed {R:g}x)"
     return a

@@ -5,6 +5,9 @@
   (``zoo.dlog_alpha_form``), passes on every default regime, five seeds, float32 and bfloat16
   inputs with float32 accumulation: no false alarm, and the worst ratio to the allowed one is
   reported.
+- The field's designs (tests/zoo.py ``field_zoo``: chunk-local cumsum decays at C = 16 .. 256,
+  Mamba2's chunk scan) never FAIL with the CLI's defaults (ok or less accurate), and are ok once
+  they declare their whole design.
 - Sensitivity: the smallest error injected into glaref.kernels.chunked's outputs (a user's
   callable, structure unknown) that the verdict flags is at most SENSITIVITY_TARGET times the
   output's natural error, for every output, both injections, the target regimes and both dtypes.
@@ -24,6 +27,7 @@ pytest.importorskip("jax", reason="the zoo and the subject kernels are JAX kerne
 
 from glaref import _judge, _sensitivity, regimes  # noqa: E402
 from glaref._inputs import OUTPUTS, Dims  # noqa: E402
+from glaref.tolerances import tol  # noqa: E402
 
 import zoo  # noqa: E402  (tests/ is on sys.path under pytest)
 
@@ -80,6 +84,51 @@ def test_zoo_of_correct_kernels_passes_with_the_cli_defaults(regime, dtype):
     print(f"{regime} {dtype}: worst ratio {worst[0]:.3g} ({worst[1]})")
 
 
+@functools.lru_cache(maxsize=None)
+def _field_zoo():
+    return zoo.field_zoo()
+
+
+def _field_rows(regime: str, dims_list, seeds, dtype: str):
+    """Every field-zoo member judged with the CLI defaults (chunk size given only where the
+    member declares it) and with its whole design declared (chunk size, decay form and dlog_alpha
+    form, where it declares its chunk): ({outcome: count}, FAIL reasons, worst envelope ratio and where,
+    [(output, x_best)] of the declared judgements)."""
+    counts, bad, worst, declared = {}, [], (0.0, None), []
+    for dims in dims_list:
+        for seed in seeds:
+            t = truth(regime, dims, seed, dtype)
+            for name, (fn, C, form) in _field_zoo().items():
+                outs, dts = _sensitivity.jax_outputs(fn, t, dtype)
+                for decay, dform in ((None, None), ("chunk_cumsum", form))[:2 if C else 1]:
+                    per = _judge.assess_outputs(t, outs, dts, chunk_size=C, decay_form=decay,
+                                                dlog_alpha_form=dform, **_judge_kw(dtype))
+                    for out, a in per.items():
+                        counts[a.outcome] = counts.get(a.outcome, 0) + 1
+                        if not a.ok:
+                            bad.append(f"{name} C={C} [{decay}] T={dims.T} seed={seed}: {a.reason}")
+                        if a.envelope_ratio is not None and a.envelope_ratio > worst[0]:
+                            worst = (a.envelope_ratio, f"{name} [{decay}] {out} T={dims.T} seed={seed}")
+                        if decay is not None:
+                            declared.append((f"{name} {out} T={dims.T} seed={seed}", a.ratio))
+    return counts, bad, worst, declared
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("regime", regimes.DEFAULT_REGIMES)
+def test_the_fields_chunk_cumsum_designs_never_fail_with_the_cli_defaults(regime, dtype):
+    """flash-linear-attention's chunk form (chunk-local cumsum decays; dlog_alpha by the identity
+    and by autodiff) at C = 16, 32, 64 undeclared and 128, 256 declared, and Mamba2's chunk scan
+    (C = 256 declared): never FAIL with the CLI defaults (ok or less accurate), and ok, within
+    the calibrated ratio of their own design, once they declare decay_form='chunk_cumsum'."""
+    counts, bad, worst, declared = _field_rows(regime, regimes.REGIMES[regime].cases(SMALL),
+                                               SEEDS, dtype)
+    assert not bad, f"false alarms on {regime} {dtype}: {bad}"
+    loose = [(w, r) for w, r in declared if r is not None and r > tol("calibrated_ratio")]
+    assert not loose, f"declared designs not ok: {loose}"
+    print(f"{regime} {dtype}: {counts}, worst envelope ratio {worst[0]:.3g} ({worst[1]})")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("regime", TARGET_REGIMES)
 def test_sensitivity_of_the_chunked_kernel_with_the_cli_defaults(regime, dtype):
@@ -106,7 +155,13 @@ def test_a_declared_dlog_alpha_form_binds_and_sharpens():
     la = outs["log_alpha"], dts["log_alpha"]
     assert _judge.assess_output(t, "log_alpha", *la, **kw).ok
     assert _judge.assess_output(t, "log_alpha", *la, dlog_alpha_form="identity", **kw).ok
+    # declared "direct" with the rest of its design unknown: beyond the most accurate direct-form
+    # references (not ok), within the field's chunk-cumsum design's; with its whole design
+    # declared (64-step chunks of segment sums) the wrong form FAILs
     wrong = _judge.assess_output(t, "log_alpha", *la, dlog_alpha_form="direct", **kw)
+    assert wrong.outcome == "less_accurate" and wrong.ratio > tol("calibrated_ratio"), wrong.reason
+    wrong = _judge.assess_output(t, "log_alpha", *la, dlog_alpha_form="direct", chunk_size=64,
+                                 decay_form="segment_sums", **kw)
     assert not wrong.ok and wrong.failed_tier == "calibrated", wrong.reason
     outs, dts = _sensitivity.jax_outputs(_zoo()["scan"], t, "float32")
     for kind in _sensitivity.KINDS:
@@ -148,7 +203,17 @@ def test_injection_and_threshold_are_what_they_say():
                                  dts["o"], **kw)
     above = _judge.assess_output(t, "o", _sensitivity.inject(outs["o"], r["eps"], "systematic"),
                                  dts["o"], **kw)
+    R = tol("calibrated_ratio")
+    assert below.outcome == "ok" and above.outcome != "ok" and below.ratio <= R < above.ratio
+    # the FAIL threshold: where the ratio to the envelope of the field's designs crosses R
+    f = _sensitivity.threshold(t, "o", outs["o"], dts["o"], "systematic", level="fail", **kw)
+    assert f["eps"] >= r["eps"]
+    below = _judge.assess_output(t, "o", _sensitivity.inject(outs["o"], 0.97 * f["eps"], "systematic"),
+                                 dts["o"], **kw)
+    above = _judge.assess_output(t, "o", _sensitivity.inject(outs["o"], f["eps"], "systematic"),
+                                 dts["o"], **kw)
     assert below.ok and not above.ok and above.failed_tier == "calibrated"
+    assert below.envelope_ratio <= R < above.envelope_ratio
     x = np.asarray(outs["o"])
     assert np.array_equal(_sensitivity.inject(x, 0.5, "systematic"), x * 1.5)
     noise = np.random.default_rng(3).standard_normal(x.shape)

@@ -79,10 +79,17 @@ def test_claims_resolved_at_a_compute_dtype_promise_float32_accumulation_only_wh
 
 def test_one_table_says_which_reference_kernels_run_and_which_the_kernel_is_held_to():
     scan, chunked, unknown = (_designs.yardstick(c) for c in (1, 128, None))
-    assert (list(scan.designs), scan.held_to, scan.extremes) == (["scan"], "scan", ())
+    assert (list(scan.designs), scan.held_to, scan.extremes, scan.field) == (
+        ["scan", "scan_sequential"], "scan", (), ("scan_sequential",))
     assert chunked.designs["chunked"].chunk == 128 and chunked.extremes == ()
+    assert chunked.field == ("chunked_cumsum",) and chunked.designs["chunked_cumsum"].chunk == 128
     assert unknown.held_to == "chunked" and set(unknown.extremes) == {"scan", "chunked_wide"}
     assert {d.chunk for d in unknown.designs.values()} == {None, 64, 256}
+    assert set(unknown.field) == {"chunked_cumsum", "scan_sequential"}
+    # a declared decay form binds: the chunk-cumsum design alone, or the segment sums alone
+    own = _designs.yardstick(128, "chunk_cumsum")
+    assert (list(own.designs), own.held_to, own.field) == (["chunked_cumsum"], "chunked_cumsum", ())
+    assert list(_designs.yardstick(128, "segment_sums").designs) == ["chunked"]
     # the verdict reads the same table: held to its reference, widened by the extremes
     errs = {"scan": 9.0, "chunked": 1.0, "chunked_wide": 1.0}
     assert _verdict.baseline_error(errs, 1) == 9.0

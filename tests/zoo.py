@@ -18,6 +18,19 @@ differentiable with ``jax.vjp``:
 The identity form is represented by glaref.kernels.chunked at every chunk size; the direct form by
 scan, quadratic and chunked_direct.
 
+The field's designs (``field_zoo()``: {name: (kernel, chunk size it declares, dlog_alpha form)}),
+correct but less accurate than the references above (docs/budgets.md, section 9), judged with
+the CLI's defaults (ok or less accurate, never FAIL) and with their whole design declared (ok):
+
+    cumsumC_identity          flash-linear-attention's chunk_simple_gla form at C = 16, 32, 64
+                              (undeclared) and 128, 256 (declared): decays from the chunk-local
+                              cumulative sum, dlog_alpha by the identity from rounded dq, dk
+                              (tests/mutants.py's correct ``base`` at chunk C)
+    cumsumC_autodiff          the same forward left to JAX autodiff (dlog_alpha through the
+                              cumulative sum)
+    mamba2_chunk_scan256      Mamba2's SSD chunk scan (dA_cumsum, chunk states, state passing,
+                              chunk scan), C = 256 declared, JAX autodiff
+
 Not in the zoo, and reported apart (``weaker()``, tools/sensitivity.py): kernels that are exact in
 exact arithmetic but lose accuracy the references do not, so that the calibrated verdict flags
 them where the loss exceeds the allowed ratio:
@@ -53,6 +66,7 @@ import functools
 # kernel is at most this many times that output's own error (tools/sensitivity.py's TARGET)
 SENSITIVITY_TARGET = 30.0
 ZOO_CHUNKS = (16, 32, 64, 128, 256)
+FIELD_CHUNKS = (16, 32, 64, 128, 256)     # the chunk-local cumsum kernels: <= 64 undeclared
 VECTOR_ZOO_CHUNKS = (16, 32, 64, 128)
 # the quadratic forms materialise (B, H, T+1, T+1) decay matrices, times dk for vector gates, and
 # their gradients: the most elements of one such matrix a zoo run builds
@@ -248,6 +262,112 @@ def chunked_identity_vector(q, k, v, log_alpha, h0, C: int = 64):
 
     f.defvjp(fwd, bwd)
     return f(q, k, v, log_alpha, h0)
+
+
+def cumsum_autodiff(q, k, v, log_alpha, h0, C: int = 64):
+    """flash-linear-attention's chunk form left to JAX autodiff: decays exp(b_i - b_j),
+    exp(b_i), exp(b_last - b_j) from b, the chunk-local inclusive cumulative sum of log_alpha
+    (chunk_local_cumsum) rounded once per step in float32, every exponent the rounded difference
+    of two of its values; the state handed from chunk to chunk. dlog_alpha by JAX through the
+    cumulative sum: the gradient of every b_i summed over i >= t inside the chunk."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    out_dtype = v.dtype
+    q, k, v, log_alpha, h0 = _float32(q, k, v, log_alpha, h0)
+    B, G, T, dk = q.shape
+    H, dv = v.shape[1], v.shape[3]
+    N = max(1, -(-T // C))
+    qh, kh = (jnp.repeat(x, H // G, axis=1) for x in (q, k))
+
+    def chunks(x):
+        x = jnp.pad(x, [(0, 0), (0, 0), (0, N * C - T)] + [(0, 0)] * (x.ndim - 3))
+        return jnp.moveaxis(x.reshape(x.shape[:2] + (N, C) + x.shape[3:]), 2, 0)
+
+    keep = jnp.tril(jnp.ones((C, C), bool))
+    hp = "highest"
+
+    def step(S, xs):
+        Qc, Kc, Vc, la = xs
+        b = jnp.cumsum(la, axis=-1)
+        D = jnp.where(keep, jnp.exp(jnp.where(keep, b[..., :, None] - b[..., None, :], 0.0)), 0.0)
+        A = jnp.einsum("bhik,bhjk->bhij", Qc, Kc, precision=hp) * D
+        o = (jnp.einsum("bhij,bhjv->bhiv", A, Vc, precision=hp)
+             + jnp.exp(b)[..., None] * jnp.einsum("bhik,bhkv->bhiv", Qc, S, precision=hp))
+        S = (jnp.exp(b[..., -1])[..., None, None] * S
+             + jnp.einsum("bhjk,bhjv->bhkv", jnp.exp(b[..., -1:] - b)[..., None] * Kc, Vc,
+                          precision=hp))
+        return S, o
+
+    h_T, O = lax.scan(step, h0, tuple(chunks(x) for x in (qh, kh, v, log_alpha)))
+    o = jnp.moveaxis(O, 0, 2).reshape(B, H, N * C, dv)[:, :, :T]
+    return o.astype(out_dtype), h_T
+
+
+def mamba2_chunk_scan(q, k, v, log_alpha, h0, C: int = 256):
+    """Mamba2's SSD chunk scan (mamba_ssm's ssd_combined: chunk_cumsum, chunk_state,
+    state_passing, chunk_scan) on the recurrence, log_alpha = A dt: dA_cumsum, the within-chunk
+    inclusive cumulative sum of log_alpha in float32; every chunk's own state contribution
+    sum_j exp(dA_cs_last - dA_cs_j) k_j^T v_j formed for all chunks at once; the states passed
+    between chunks by a scan with exp(dA_cs_last); the output from the intra-chunk products with
+    decays exp(dA_cs_i - dA_cs_j) plus exp(dA_cs_i) q_i S_prev. JAX autodiff for the gradients."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    out_dtype = v.dtype
+    q, k, v, log_alpha, h0 = _float32(q, k, v, log_alpha, h0)
+    B, G, T, dk = q.shape
+    H, dv = v.shape[1], v.shape[3]
+    N = max(1, -(-T // C))
+    qh, kh = (jnp.repeat(x, H // G, axis=1) for x in (q, k))
+
+    def chunks(x):                  # (B, H, T, ...) -> (B, H, N, C, ...)
+        x = jnp.pad(x, [(0, 0), (0, 0), (0, N * C - T)] + [(0, 0)] * (x.ndim - 3))
+        return x.reshape(x.shape[:2] + (N, C) + x.shape[3:])
+
+    Q, K, V, LA = (chunks(x) for x in (qh, kh, v, log_alpha))
+    hp = "highest"
+    cs = jnp.cumsum(LA, axis=-1)                                               # dA_cumsum
+    # chunk_state: each chunk's own contribution to the state it hands on
+    own = jnp.einsum("bhnj,bhnjk,bhnjv->bhnkv", jnp.exp(cs[..., -1:] - cs), K, V, precision=hp)
+
+    def passing(S, xs):             # state_passing: the state entering each chunk
+        own_n, last_n = xs
+        return jnp.exp(last_n)[..., None, None] * S + own_n, S
+
+    h_T, S_in = lax.scan(passing, h0, (jnp.moveaxis(own, 2, 0), jnp.moveaxis(cs[..., -1], 2, 0)))
+    keep = jnp.tril(jnp.ones((C, C), bool))
+    L = jnp.where(keep, jnp.exp(jnp.where(keep, cs[..., :, None] - cs[..., None, :], 0.0)), 0.0)
+    A = jnp.einsum("bhnik,bhnjk->bhnij", Q, K, precision=hp) * L             # chunk_scan
+    o = (jnp.einsum("bhnij,bhnjv->bhniv", A, V, precision=hp)
+         + jnp.exp(cs)[..., None] * jnp.einsum("bhnik,nbhkv->bhniv", Q, S_in, precision=hp))
+    o = o.reshape(B, H, N * C, dv)[:, :, :T]
+    return o.astype(out_dtype), h_T
+
+
+def cumsum_identity(C: int):
+    """flash-linear-attention's chunk_simple_gla form at chunk C: decays from the chunk-local
+    cumulative sum, a hand-written backward, dlog_alpha by the chunk-local identity from the
+    rounded per-head dq, dk (tests/mutants.py's correct ``base`` kernel, at chunk C)."""
+    import mutants
+
+    return mutants._kernel(mutants._Flags(chunk=C))
+
+
+def field_zoo() -> dict:
+    """{name: (kernel, chunk_size it declares or None, dlog_alpha form)}: the designs the field
+    ships whose decays are differences of chunk-local cumulative sums (docs/budgets.md, section
+    9): flash-linear-attention's chunk form at C = 16, 32, 64 undeclared and at 128, 256
+    declared, its dlog_alpha by the identity (``cumsum_identity``) and by autodiff through the
+    cumulative sum (``cumsum_autodiff``), and Mamba2's chunk scan at C = 256 declared. Scalar
+    gates."""
+    out = {}
+    for C in FIELD_CHUNKS:
+        declared = None if C <= 64 else C
+        out[f"cumsum{C}_identity"] = (cumsum_identity(C), declared, "identity")
+        out[f"cumsum{C}_autodiff"] = (functools.partial(cumsum_autodiff, C=C), declared, "identity")
+    out["mamba2_chunk_scan256"] = (mamba2_chunk_scan, 256, "identity")
+    return out
 
 
 def cumsum_decays(q, k, v, log_alpha, h0):
