@@ -13,15 +13,29 @@ audit, glaref's own JAX kernels included.
              dk_t = G_t v_t^T, dv_t = G_t^T k_t^T, dh0 = alpha_1 G_1, with dlog_alpha in the
              *direct* form alpha_t <S_{t-1}, G_t>. One rounding of the state per step: the
              sequential accumulation of T steps (what near-one and growing gates punish).
-``chunked``  chunks of ``CHUNK`` steps, the form of flash-linear-attention's chunk kernels: the
-             log gates summed from each chunk's start (b = cumsum), decays exp(b_i - b_j) of
-             those cumulative sums, a masked (Q K^T o D) V product inside the chunk and the state
-             handed from chunk to chunk; dlog_alpha by the reverse-cumsum *identity*, chunk-local:
+``chunked``  chunks of C steps (``CHUNK`` by default), the form of flash-linear-attention's chunk
+             kernels: decays exp(b_i - b_j) of the log gates' sums inside each chunk, a masked
+             (Q K^T o D) V product inside the chunk and the state handed from chunk to chunk;
+             dlog_alpha by the reverse-cumsum *identity*, chunk-local:
              dlog_alpha_t = sum_{t <= s < end of chunk} (q_s . dq_s - k_s . dk_s)
                             + <S_{n+1}, dS_{n+1}>,
              which cancels heavily under strong decay (docs/math.md, section 4), and again
              in the direct form from the same products, the identity with its cancelling pairs
              removed (``_direct_dla``, docs/math.md section 4.3), for kernels that declare it.
+
+Designs (docs/budgets.md, section 9). The field's correct kernels differ in how they round, and
+each of these is a reference kernel of its own: ``decay`` "segment_sums" forms every exponent as
+a sum over its own segment (glaref's kernels, Mamba2's ssd_minimal), "chunk_cumsum" as the difference of a
+chunk-local cumulative sum rounded once per step (flash-linear-attention's chunk_local_cumsum,
+Mamba2's dA_cumsum chunk scan), whose error grows with the chunk's total decay, never with T;
+``order`` "lanes" sums every dot product in eight interleaved partial sums combined in a fixed
+tree, "sequential" one term after another (what XLA's CPU backend does for some reductions).
+
+Reproducibility. Nothing here calls BLAS: every matrix product is ``_dot`` (``_baseline_scan.bmm``,
+the order above, each product rounded before it is added), every sum over steps a cumulative
+sum, every exp computed in float64 and rounded, every other sum a NumPy reduction (pairwise along
+a contiguous axis, row by row along any other), so that the same inputs give the same bytes, and
+the same reference errors, whichever BLAS kernel a machine picks (tests/test_baseline_blas.py).
 
 Vector gates (log_alpha (B, H, T, dk), docs/math.md section 9): the scan decays row i of the
 state by alpha_t[i] (S_t = diag(alpha_t) S_{t-1} + k_t^T v_t) and takes dlog_alpha_t[i] =
@@ -58,6 +72,12 @@ KERNELS = ("scan", "chunked")
 CHUNK = 64          # the chunked reference's chunk, what production kernels use
 CHUNK_WIDE = 256    # the widest chunk production kernels use: one extreme of unknown structure
 ROUNDINGS = ("tf32", "bfloat16", "float16")
+# how the chunked kernel forms its decay exponents (``_decay_exponents``): sums over each
+# segment, or differences of a chunk-local cumulative sum (flash-linear-attention, Mamba2)
+DECAY_FORMS = ("segment_sums", "chunk_cumsum")
+# the order every dot product sums in (``_baseline_scan.dot``): eight interleaved partial sums
+# combined in a fixed tree, or one term after another (the loosest order compilers use)
+ORDERS = ("lanes", "sequential")
 
 # mantissa bits dropped from float32's 23 to reach each format
 _DROP = {"tf32": 13, "bfloat16": 16, "float16": 13}
@@ -87,10 +107,79 @@ def round_to(x: np.ndarray, fmt: str | None) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------ chunked
 
-def _mm(a, b, operand, storage):
+def _dot(a, b, order="lanes"):
+    """a @ b (a (..., M, K), b (..., K, N), batch axes broadcast) in the arrays' dtype, every entry
+    summed in one fixed order (``_baseline_scan.bmm``: eight interleaved partial sums combined in
+    a fixed tree, no fused multiply-add), never by BLAS, whose float32 order differs between the
+    kernels a machine picks."""
+    from ._baseline_scan import bmm
+
+    dt = np.result_type(a, b)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    A = np.ascontiguousarray(np.broadcast_to(a, batch + (M, K)), dtype=dt).reshape(-1, M, K)
+    Bt = np.ascontiguousarray(np.swapaxes(np.broadcast_to(b, batch + (K, N)), -1, -2),
+                              dtype=dt).reshape(-1, N, K)
+    out = np.empty((A.shape[0], M, N), dt)
+    if K == 0:
+        out[:] = 0
+        return out.reshape(batch + (M, N))
+    return bmm(A, Bt, out, ORDERS.index(order)).reshape(batch + (M, N))
+
+
+def _mm(a, b, operand, storage, order="lanes"):
     """A matrix product of the kernel: operands rounded to ``operand``, the result (accumulated
-    in the arrays' dtype by BLAS) rounded to ``storage``."""
-    return round_to(np.matmul(round_to(a, operand), round_to(b, operand)), storage)
+    in the arrays' dtype in ``_dot``'s fixed order) rounded to ``storage``."""
+    return round_to(_dot(round_to(a, operand), round_to(b, operand), order), storage)
+
+
+def _exp(x):
+    """exp in the working dtype, correctly rounded (computed in float64, then rounded): the same
+    on every machine, whichever SIMD exp NumPy dispatches to."""
+    return np.exp(x.astype(np.float64)).astype(x.dtype)
+
+
+def _suffix_sums(x, axis):
+    """sum_{s >= t} x_s along ``axis`` (time), each accumulated from the chunk's end backwards,
+    in the working dtype (a reverse cumulative sum: a fixed order on every machine)."""
+    return np.flip(np.cumsum(np.flip(x, axis), axis=axis, dtype=x.dtype), axis)
+
+
+def _prefix_sums_before(x, axis):
+    """sum_{s < t} x_s along ``axis`` (time), accumulated forwards from the chunk's start."""
+    c = np.cumsum(x, axis=axis, dtype=x.dtype)
+    z = np.zeros_like(np.take(x, [0], axis=axis))
+    return np.concatenate([z, np.take(c, np.arange(x.shape[axis] - 1), axis=axis)], axis=axis)
+
+
+def _decay_exponents(lc, form):
+    """One chunk's decay exponents from its log gates lc (..., L) (time last), in lc's dtype:
+    (seg (..., L, L) with seg[i, j] = b_i - b_j for i >= j (0 above the diagonal), b (..., L)
+    with b_i the sum of log_alpha from the chunk's start to step i, rest (..., L) with
+    rest_j = b_last - b_j).
+
+    form "segment_sums": each a sum over its own segment (sum_{j < s <= i} log_alpha_s, accumulated
+    forwards from s = j + 1, as ssd_minimal's masked cumulative sum does): its error is bounded
+    by the segment's own magnitude. form "chunk_cumsum": the chunk-local cumulative sum b rounded once
+    per step (accumulated from the chunk's start), and every exponent the rounded difference of two
+    of its values, flash-linear-attention's chunk_local_cumsum and Mamba2's dA_cumsum: error u |b|,
+    bounded by the chunk's total decay, not by T."""
+    L = lc.shape[-1]
+    i = np.arange(L)
+    lower = i[:, None] >= i[None, :]
+    if form == "chunk_cumsum":
+        b = np.cumsum(lc, axis=-1, dtype=lc.dtype)
+        seg = np.where(lower, b[..., :, None] - b[..., None, :], 0).astype(lc.dtype)
+        return seg, b, (b[..., -1:] - b).astype(lc.dtype)
+    # x[i', j'] = y_i' for i' > j' (y = lc with a leading 0); a cumulative sum over i' gives
+    # seg'[i', j'] = sum_{j' < s <= i'} y_s, so seg[i, j] = seg'[i + 1, j + 1], b_i = seg'[i + 1, 0]
+    # and b_last - b_j = seg'[L, j + 1]
+    y = np.concatenate([np.zeros_like(lc[..., :1]), lc], axis=-1)
+    k = np.arange(L + 1)
+    x = np.where(k[:, None] > k[None, :], y[..., :, None], 0).astype(lc.dtype)
+    segp = np.cumsum(x, axis=-2, dtype=lc.dtype)
+    seg = np.where(lower, segp[..., 1:, 1:], 0)
+    return seg, segp[..., 1:, 0], segp[..., L, 1:]
 
 
 def _fma(a, x, y):
@@ -110,18 +199,17 @@ def _direct_dla(M, q_in, k_in, carried, st):
     M[i, j] (.., L, L[, dk]): the in-chunk products (zero above the diagonal); q_in, k_in
     (.., L[, dk]): q_i . dq_i^in and k_j . dk_j^in, the parts through the entering state and the
     leaving cotangent; carried (..[, dk]): exp(b_last) <S_n, dS_{n+1}>. Every sum over steps is a
-    product with a 0/1 matrix, accumulated in the working dtype like every other sum."""
+    cumulative sum in the working dtype (``_suffix_sums``, ``_prefix_sums_before``)."""
     if M.ndim == 4:                                      # scalar gates: one key "dimension"
         return _direct_dla(M[..., None], q_in[..., None], k_in[..., None], carried[..., None],
                            st)[..., 0]
     L = M.shape[2]
-    dt = M.dtype
-    after = np.triu(np.ones((L, L), dt))                 # [t <= i]
-    before = np.tril(np.ones((L, L), dt), -1)            # [j < t]
+    before = np.tril(np.ones((L, L), M.dtype), -1)       # [j < t]
     # R[t, j] = sum_{i >= t} M[i, j], then the sum over j < t
-    Rm = st(after @ M.reshape(M.shape[:3] + (-1,))).reshape(M.shape)
+    Rm = st(_suffix_sums(M, 2))
     straddle = st(np.sum(Rm * before[..., None], axis=3))
-    return st(straddle + st(after @ q_in) + st(before @ k_in) + carried[:, :, None])
+    return st(straddle + st(_suffix_sums(q_in, 2)) + st(_prefix_sums_before(k_in, 2))
+              + carried[:, :, None])
 
 
 def _sweep(q, k, v, la, h0, do, dh_T, scale, st, grads, C, decays, forward, backward):
@@ -154,29 +242,22 @@ def _sweep(q, k, v, la, h0, do, dh_T, scale, st, grads, C, decays, forward, back
     return o, h_T, dq, dk, dv, dla, dS, dla_d
 
 
-def _chunked(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK):
-    """The chunked kernel on per-head arrays (B, H, T, d) in the working dtype."""
+def _chunked(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK,
+             decay="segment_sums", order="lanes"):
+    """The chunked kernel on per-head arrays (B, H, T, d) in the working dtype, its decays of
+    ``decay`` form (``_decay_exponents``)."""
     dt = q.dtype
     st = lambda x: round_to(x, storage)          # noqa: E731
-    mm = lambda a, b: _mm(a, b, operand, storage)  # noqa: E731
+    mm = lambda a, b: _mm(a, b, operand, storage, order)  # noqa: E731
     sw = lambda x: np.swapaxes(x, -1, -2)        # noqa: E731
 
     def decays(t0, t1):
-        # exponents b_i - b_j as segment sums sum_{j < s <= i} log_alpha_s, each accumulated in
-        # the working dtype as a product with a 0/1 matrix (as segment-sum kernels do), never the
-        # difference of two rounded cumulative sums, whose error u |b| grows with the chunk's
-        # total decay; likewise b_i and b_last - b_j
-        lc = la[:, :, t0:t1]
-        L = t1 - t0
-        i = np.arange(L)
-        seg_m = ((i[None, None, :] < i[:, None, None]) & (i[:, None, None] <= i[None, :, None]))
-        seg = (lc @ seg_m.reshape(L, L * L).astype(dt)).reshape(lc.shape + (L,))    # [i, j]
-        mask = i[:, None] >= i[None, :]
-        D = np.where(mask, np.exp(np.where(mask, seg, 0)), 0).astype(dt)
-        eb = np.exp(lc @ (i[:, None] <= i[None, :]).astype(dt))                      # exp(b_i)
-        eb_last = eb[..., -1]
-        eb_rest = np.exp(lc @ (i[:, None] > i[None, :]).astype(dt))                  # exp(b_last - b_j)
-        return D, eb, eb_rest, eb_last
+        # exponents b_i - b_j, b_i and b_last - b_j of the chunk, in the working dtype
+        seg, b, rest = _decay_exponents(la[:, :, t0:t1], decay)
+        i = np.arange(t1 - t0)
+        D = np.where(i[:, None] >= i[None, :], _exp(seg), 0).astype(dt)
+        eb = _exp(b)                                                                  # exp(b_i)
+        return D, eb, _exp(rest), eb[..., -1]
 
     def forward(Q, K, V, S, dec):
         D, eb, eb_rest, eb_last = dec
@@ -201,10 +282,8 @@ def _chunked(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK)
         w = st(np.sum(M, axis=-1) - np.sum(M, axis=-2)
                + np.sum(Q * dq_in, axis=-1) - np.sum(K * dk_in, axis=-1))
         tail = st(np.sum(S_next * dS, axis=(-2, -1)))
-        # sum_{t <= s < end} w_s as a product with the 0/1 matrix [s >= t] (what kernels do,
-        # accumulated by BLAS like every other sum here)
-        suffix = np.tril(np.ones((Q.shape[2],) * 2, dt))
-        dla = st(st(w @ suffix) + tail[..., None])
+        # sum_{t <= s < end} w_s, a reverse cumulative sum inside the chunk
+        dla = st(st(_suffix_sums(w, 2)) + tail[..., None])
         dla_d = _direct_dla(M, st(np.sum(Q * dq_in, axis=-1)), st(np.sum(K * dk_in, axis=-1)),
                             st(eb_last * np.sum(S * dS, axis=(-2, -1))), st)
         dS = st(_fma(eb_last[..., None, None], dS, mm(sw(st(Q * eb[..., None])), dO)))
@@ -213,7 +292,8 @@ def _chunked(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK)
     return _sweep(q, k, v, la, h0, do, dh_T, scale, st, grads, C, decays, forward, backward)
 
 
-def _chunked_vector(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK):
+def _chunked_vector(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C=CHUNK,
+                    decay="segment_sums", order="lanes"):
     """The chunked kernel for vector gates, la (B, H, T, dk): one decay per key dimension.
 
     The decay differs per term of q_i . k_j, so the intra-chunk scores are no masked Q K^T:
@@ -229,27 +309,21 @@ def _chunked_vector(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C
 
     (the chunk-local identity per key dimension, docs/math.md section 9.3), its in-chunk parts
     from the same products M[i, j] = dOV[i, j] q_i o KD[i, j] so that they cancel term by term.
-    Every exponent is a segment sum accumulated in the working dtype, as in :func:`_chunked`.
+    Every exponent of the ``decay`` form (``_decay_exponents``), per key dimension.
     Memory: (B, H, C, C, dk) per chunk."""
     dt = q.dtype
     st = lambda x: round_to(x, storage)          # noqa: E731
-    mm = lambda a, b: _mm(a, b, operand, storage)  # noqa: E731
+    mm = lambda a, b: _mm(a, b, operand, storage, order)  # noqa: E731
     sw = lambda x: np.swapaxes(x, -1, -2)        # noqa: E731
 
     def decays(t0, t1):
-        # per key dimension, as in _chunked: every exponent a segment sum accumulated in the
-        # working dtype as a product with a 0/1 matrix. exp(b_i - b_j) (B, H, L_i, L_j, dk), zero
-        # for j > i; exp(b_i), exp(b_last - b_j) (B, H, L, dk) and exp(b_last) (B, H, dk)
-        lt = np.moveaxis(la[:, :, t0:t1], 3, 2)                          # (B, H, dk, L)
-        L = t1 - t0
-        i = np.arange(L)
-        seg_m = ((i[None, None, :] < i[:, None, None]) & (i[:, None, None] <= i[None, :, None]))
-        seg = (lt @ seg_m.reshape(L, L * L).astype(dt)).reshape(lt.shape + (L,))    # [m, i, j]
-        mask = i[:, None] >= i[None, :]
-        D = np.moveaxis(np.where(mask, np.exp(np.where(mask, seg, 0)), 0).astype(dt), 2, 4)
-        eb = np.moveaxis(np.exp(lt @ (i[:, None] <= i[None, :]).astype(dt)), 2, 3)
-        eb_rest = np.moveaxis(np.exp(lt @ (i[:, None] > i[None, :]).astype(dt)), 2, 3)
-        return D, eb, eb_rest, eb[:, :, -1]
+        # per key dimension, as in _chunked. exp(b_i - b_j) (B, H, L_i, L_j, dk), zero for j > i;
+        # exp(b_i), exp(b_last - b_j) (B, H, L, dk) and exp(b_last) (B, H, dk)
+        seg, b, rest = _decay_exponents(np.moveaxis(la[:, :, t0:t1], 3, 2), decay)  # [m, i, j]
+        i = np.arange(t1 - t0)
+        D = np.moveaxis(np.where(i[:, None] >= i[None, :], _exp(seg), 0).astype(dt), 2, 4)
+        eb = np.moveaxis(_exp(b), 2, 3)
+        return D, eb, np.moveaxis(_exp(rest), 2, 3), eb[:, :, -1]
 
     def scores(Q, KD):
         # A[i, j] = q_i . KD[i, j]: one (1 x dk) (dk x L) product per query
@@ -278,9 +352,8 @@ def _chunked_vector(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C
         M = st(st(dOV[..., None] * KD) * Q[:, :, :, None, :])
         w = st(np.sum(M, axis=3) - np.sum(M, axis=2) + Q * dq_in - K * dk_in)
         tail = st(np.sum(S_next * dS, axis=-1))                       # (B, H, dk)
-        # sum_{t <= s < end} w_s as a product with the 0/1 matrix [t <= s]
-        suffix = np.triu(np.ones((Q.shape[2],) * 2, dt))
-        dla = st(st(suffix @ w) + tail[:, :, None, :])
+        # sum_{t <= s < end} w_s, a reverse cumulative sum inside the chunk
+        dla = st(st(_suffix_sums(w, 2)) + tail[:, :, None, :])
         dla_d = _direct_dla(M, st(Q * dq_in), st(K * dk_in),
                             st(eb_last * np.sum(S * dS, axis=-1)), st)
         dS = st(_fma(eb_last[..., None], dS, mm(sw(st(Q * eb)), dO)))
@@ -291,7 +364,7 @@ def _chunked_vector(q, k, v, la, h0, do, dh_T, scale, operand, storage, grads, C
 
 # ------------------------------------------------------------------------------------ scan
 
-def _scan(qh, kh, v, la, h0, do, dh_T, scale, operand, storage, grads):
+def _scan(qh, kh, v, la, h0, do, dh_T, scale, operand, storage, grads, order="lanes"):
     from ._baseline_scan import KERNELS
 
     fwd, vjp = KERNELS["vector" if la.ndim == 4 else "scalar"]
@@ -299,20 +372,23 @@ def _scan(qh, kh, v, la, h0, do, dh_T, scale, operand, storage, grads):
     if qh.dtype != np.float32:
         mo = ms = 0
     sc = qh.dtype.type(scale)
-    o, h_T = fwd(qh, kh, v, la, h0, sc, mo, ms)
+    od = ORDERS.index(order)
+    o, h_T = fwd(qh, kh, v, la, h0, sc, mo, ms, od)
     if not grads:
         return o, h_T
     dhT = np.zeros_like(h0) if dh_T is None else dh_T
-    dq, dk, dv, dla, dh0 = vjp(qh, kh, v, la, h0, do, dhT, sc, mo, ms)
+    dq, dk, dv, dla, dh0 = vjp(qh, kh, v, la, h0, do, dhT, sc, mo, ms, od)
     return o, h_T, dq, dk, dv, dla, dh0, dla      # the scan's dlog_alpha is the direct form
 
 
 # ------------------------------------------------------------------------------------ public
 
 def run(kernel: str, p, scale: float, *, arith: str = "float32", operand: str | None = None,
-        storage: str | None = None, grads: bool = True, chunk: int = CHUNK) -> dict[str, np.ndarray]:
+        storage: str | None = None, grads: bool = True, chunk: int = CHUNK,
+        decay: str = "segment_sums", order: str = "lanes") -> dict[str, np.ndarray]:
     """Run the same-precision reference kernel ``kernel`` ("scan" or "chunked", the latter with
-    chunks of ``chunk`` steps) on canonical problem ``p`` (``_inputs.Problem``; with ``grads`` its
+    chunks of ``chunk`` steps and decays of form ``decay``, ``DECAY_FORMS``), every dot product
+    summed in ``order`` (``ORDERS``), on canonical problem ``p`` (``_inputs.Problem``; with ``grads`` its
     ``do`` is required and ``dh_T=None`` means zero). Returns float64 arrays under glaref's
     output names: o, h_T and, with ``grads``, q, k, v, log_alpha, h0 (dq, dk summed over each
     group's heads, in head order), plus ``log_alpha_direct``: dlog_alpha in the direct form (the
@@ -326,12 +402,16 @@ def run(kernel: str, p, scale: float, *, arith: str = "float32", operand: str | 
         raise ValueError(f"kernel: got {kernel!r}, expected one of {KERNELS}")
     if arith not in ("float32", "float64"):
         raise ValueError(f"arith: got {arith!r}, expected 'float32' or 'float64'")
+    if decay not in DECAY_FORMS:
+        raise ValueError(f"decay: got {decay!r}, expected one of {DECAY_FORMS}")
+    if order not in ORDERS:
+        raise ValueError(f"order: got {order!r}, expected one of {ORDERS}")
     for name, fmt in (("operand", operand), ("storage", storage)):
         if fmt is not None and fmt not in ROUNDINGS:
             raise ValueError(f"{name}: got {fmt!r}, expected None or one of {ROUNDINGS}")
     if p.cu_seqlens is not None:
         return _run_packed(kernel, p, scale, arith=arith, operand=operand, storage=storage,
-                           grads=grads, chunk=chunk)
+                           grads=grads, chunk=chunk, decay=decay, order=order)
     dt = np.dtype(arith)
     B, G, T, dk = p.q.shape
     H = p.v.shape[1]
@@ -341,10 +421,9 @@ def run(kernel: str, p, scale: float, *, arith: str = "float32", operand: str | 
     v, la, h0, do, dh_T = c(p.v), c(p.log_alpha), c(p.h0), c(p.do), c(p.dh_T)
     if grads and do is None:
         raise ValueError("do: got None, expected the cotangent of o (grads=True)")
-    if la.ndim == 4:                                # vector gates
-        impl = _scan if kernel == "scan" else functools.partial(_chunked_vector, C=chunk)
-    else:
-        impl = _scan if kernel == "scan" else functools.partial(_chunked, C=chunk)
+    chunked = _chunked_vector if la.ndim == 4 else _chunked      # vector gates: la (B, H, T, dk)
+    impl = (functools.partial(_scan, order=order) if kernel == "scan" else
+            functools.partial(chunked, C=chunk, decay=decay, order=order))
     if qh.size == 0 or v.size == 0:                 # T, B or H of zero: nothing to accumulate
         z = np.zeros
         res = (z(v.shape, dt), h0.copy(), z(qh.shape, dt), z(kh.shape, dt), z(v.shape, dt),

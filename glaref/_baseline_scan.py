@@ -1,10 +1,17 @@
-"""The step-by-step reference kernel of ``glaref._baseline``, compiled by Numba.
+"""The step-by-step reference kernel of ``glaref._baseline``, and the matrix product of its
+chunked kernels, compiled by Numba.
 
-Kept in its own module so that ``glaref._baseline`` imports Numba only when the scan is first
-run, and with every function at module level so that Numba's on-disk cache (``cache=True``)
-serves later processes. See ``glaref._baseline`` for what the kernel computes and why. One
-kernel serves both kinds of gate: log_alpha (B, H, T, 1), a scalar gate, or (B, H, T, dk), a
-vector gate (``KERNELS`` gives the scalar gate's (B, H, T) its trailing axis).
+Kept in its own module so that ``glaref._baseline`` imports Numba only when a reference kernel
+first runs, and with every function at module level so that Numba's on-disk cache
+(``cache=True``) serves later processes. Every dot product here (``dot``: the scan's products and
+``bmm``, the chunked kernels' matrix products) sums in the fixed order its ``order`` names
+(eight interleaved partial sums combined in a fixed tree, or one term after another), each
+product rounded before it is added (no fused multiply-add: fastmath off lets LLVM neither
+contract nor reassociate), so that the reference errors are the same on every machine,
+whichever BLAS kernel (OpenBLAS Haswell, SkylakeX, Prescott ...) it picks. See
+``glaref._baseline`` for what the kernels compute and why. One kernel serves both kinds of
+gate: log_alpha (B, H, T, 1), a scalar gate, or (B, H, T, dk), a vector gate (``KERNELS`` gives
+the scalar gate's (B, H, T) its trailing axis).
 Determinism: ``prange`` over independent (batch, head) pairs only; fastmath off.
 """
 
@@ -52,10 +59,17 @@ def step(S, a, kt, vt, mode_o, mode_s):  # pragma: no cover - compiled
 
 
 @njit(**jit)
-def dot(x, y, acc):  # pragma: no cover - compiled
-    """sum_a x[a] y[a] in eight interleaved partial sums, combined in a fixed tree (how a
-    vectorised dot product unit accumulates); ``acc`` is scratch of 9 working-dtype slots."""
+def dot(x, y, acc, order=0):  # pragma: no cover - compiled
+    """sum_a x[a] y[a]: ``order`` 0 in eight interleaved partial sums, combined in a fixed tree
+    (how a vectorised dot product unit accumulates), 1 one term after another (how XLA's CPU
+    backend reduces some dots: the loosest order a compiler uses); ``acc`` is scratch of 9
+    working-dtype slots."""
     n = x.shape[0]
+    if order == 1:
+        acc[0] = 0
+        for a in range(n):
+            acc[0] += x[a] * y[a]
+        return acc[0]
     m = n - n % 8
     acc[:] = 0
     for a in range(0, m, 8):
@@ -67,32 +81,52 @@ def dot(x, y, acc):  # pragma: no cover - compiled
 
 
 @njit(**jit)
-def vecmat(x, M, out, mode_o, mode_s):  # pragma: no cover - compiled
+def bmm(a, bt, out, order=0):  # pragma: no cover - compiled
+    """out[n, i, j] = dot(a[n, i, :], bt[n, j, :]) for a (N, M, K), bt (N, P, K) (the right
+    operand transposed), all C-contiguous in one dtype: a batch of matrix products a @ bt^T,
+    every entry summed in ``dot``'s fixed order."""
+    acc = np.empty(9, a.dtype)
+    for n in range(a.shape[0]):
+        for i in range(a.shape[1]):
+            for j in range(bt.shape[1]):
+                out[n, i, j] = dot(a[n, i], bt[n, j], acc, order)
+    return out
+
+
+@njit(**jit)
+def vecmat(x, M, out, mode_o, mode_s, order):  # pragma: no cover - compiled
     """out = x M (x: (m,), M: (m, n)): each entry a dot product over m, operands rounded
     to ``mode_o``, the result to ``mode_s``."""
     xr = rnd(x.copy(), mode_o)
     Mt = rnd(M.T.copy(), mode_o)
     acc = np.empty(9, M.dtype)
     for j in range(Mt.shape[0]):
-        out[j] = dot(xr, Mt[j], acc)
+        out[j] = dot(xr, Mt[j], acc, order)
     rnd(out, mode_s)
 
 
 @njit(**jit)
-def matvec(M, y, out, mode_o, mode_s):  # pragma: no cover - compiled
+def matvec(M, y, out, mode_o, mode_s, order):  # pragma: no cover - compiled
     """out = M y (M: (m, n), y: (n,)): each entry a dot product over n."""
     Mr = rnd(M.copy(), mode_o)
     yr = rnd(y.copy(), mode_o)
     acc = np.empty(9, M.dtype)
     for i in range(Mr.shape[0]):
-        out[i] = dot(Mr[i], yr, acc)
+        out[i] = dot(Mr[i], yr, acc, order)
     rnd(out, mode_s)
 
 
 @njit(**jit)
-def frob(A, Bm):  # pragma: no cover - compiled
-    """<A, B>: a dot product per row, then the rows' sums pairwise."""
+def frob(A, Bm, order):  # pragma: no cover - compiled
+    """<A, B>: ``order`` 0 a dot product per row, then the rows' sums pairwise; 1 all dk dv terms
+    one after another, row by row."""
     acc = np.empty(9, A.dtype)
+    if order == 1:
+        s = acc[0] - acc[0]
+        for i in range(A.shape[0]):
+            for j in range(A.shape[1]):
+                s += A[i, j] * Bm[i, j]
+        return s
     rows = np.empty(A.shape[0], A.dtype)
     for i in range(A.shape[0]):
         rows[i] = dot(A[i], Bm[i], acc)
@@ -109,7 +143,7 @@ def frob(A, Bm):  # pragma: no cover - compiled
 
 
 @njit(parallel=True, **jit)
-def forward(qh, kh, v, la, h0, scale, mode_o, mode_s):  # pragma: no cover - compiled
+def forward(qh, kh, v, la, h0, scale, mode_o, mode_s, order):  # pragma: no cover - compiled
     """(o, h_T); la (B, H, T, 1) for a scalar gate, (B, H, T, dk) for a vector gate."""
     B, H, T, dk = qh.shape
     dv = v.shape[3]
@@ -121,7 +155,7 @@ def forward(qh, kh, v, la, h0, scale, mode_o, mode_s):  # pragma: no cover - com
         out = np.empty(dv, qh.dtype)
         for t in range(T):
             step(S, np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_o, mode_s)
-            vecmat(qh[b, h, t], S, out, mode_o, mode_s)
+            vecmat(qh[b, h, t], S, out, mode_o, mode_s, order)
             for j in range(dv):
                 o[b, h, t, j] = scale * out[j]
         hT[b, h] = S
@@ -129,7 +163,7 @@ def forward(qh, kh, v, la, h0, scale, mode_o, mode_s):  # pragma: no cover - com
 
 
 @njit(parallel=True, **jit)
-def vjp(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s):  # pragma: no cover - compiled
+def vjp(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s, order):  # pragma: no cover - compiled
     """(dq, dk, dv, dlog_alpha, dh0) with la and dlog_alpha (B, H, T, 1) for a scalar gate,
     dlog_alpha_t = a_t <S_{t-1}, G_t>, or (B, H, T, dk) for a vector gate, dlog_alpha_t[i] =
     a_t[i] <S_{t-1}[i, :], G_t[i, :]> (direct form, one row of the state per key dimension);
@@ -179,18 +213,18 @@ def vjp(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s):  # pragma: no cover
                     for j in range(dv):
                         Gt[i, j] = Gc[i, j] + qr[i] * dr[j]
                 rnd(Gt, mode_s)
-                matvec(blk[t - t0 + 1], sdo, tmp_k, mode_o, mode_s)
+                matvec(blk[t - t0 + 1], sdo, tmp_k, mode_o, mode_s, order)
                 dq[b, h, t] = tmp_k
-                matvec(Gt, v[b, h, t], tmp_k, mode_o, mode_s)
+                matvec(Gt, v[b, h, t], tmp_k, mode_o, mode_s, order)
                 dk_[b, h, t] = tmp_k
-                vecmat(kh[b, h, t], Gt, tmp_v, mode_o, mode_s)
+                vecmat(kh[b, h, t], Gt, tmp_v, mode_o, mode_s, order)
                 dvv[b, h, t] = tmp_v
                 prev = blk[t - t0]
                 if g == 1:
-                    dla[b, h, t, 0] = a[0] * frob(prev, Gt)
+                    dla[b, h, t, 0] = a[0] * frob(prev, Gt, order)
                 else:
                     for i in range(dk):
-                        dla[b, h, t, i] = a[i] * dot(prev[i], Gt[i], acc)
+                        dla[b, h, t, i] = a[i] * dot(prev[i], Gt[i], acc, order)
                 for i in range(dk):
                     ai = a[i] if g > 1 else a[0]
                     for j in range(dv):
@@ -200,14 +234,15 @@ def vjp(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s):  # pragma: no cover
     return dq, dk_, dvv, dla, dh0
 
 
-def forward_scalar(qh, kh, v, la, h0, scale, mode_o, mode_s):
+def forward_scalar(qh, kh, v, la, h0, scale, mode_o, mode_s, order):
     """``forward`` for a scalar gate la (B, H, T)."""
-    return forward(qh, kh, v, la[..., None], h0, scale, mode_o, mode_s)
+    return forward(qh, kh, v, la[..., None], h0, scale, mode_o, mode_s, order)
 
 
-def vjp_scalar(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s):
+def vjp_scalar(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s, order):
     """``vjp`` for a scalar gate la (B, H, T); dlog_alpha (B, H, T)."""
-    dq, dk, dv, dla, dh0 = vjp(qh, kh, v, la[..., None], h0, do, dh_T, scale, mode_o, mode_s)
+    dq, dk, dv, dla, dh0 = vjp(qh, kh, v, la[..., None], h0, do, dh_T, scale, mode_o, mode_s,
+                               order)
     return dq, dk, dv, dla[..., 0], dh0
 
 
