@@ -829,8 +829,9 @@ def vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False, cu_seq
         return dq, dkg, dvv, dla, dh0
 
 
-# The one line on stderr while a worker compiles (glaref._numba_cache); seconds measured on an
-# unloaded 2-core x86-64 machine with a cold cache (tools/first_hour.py).
+# The one line on stderr while a worker compiles (glaref._numba_cache); seconds: the CPU time of
+# the first call with a cold cache on a 2-core x86-64 machine (docs/reports/first_hour_cpu.txt:
+# 8.8 s and 11.8 s for the whole process, of which ~1.5 s is starting Python and Numba).
 def _what(part, vector_index):
     def what(args):
         gates = "scalar" if isinstance(args[vector_index], types.NoneType) else "vector"
@@ -838,5 +839,5 @@ def _what(part, vector_index):
     return what
 
 
-note_compile(_forward_worker, _what("forward", 10), 4)
-note_compile(_vjp_worker, _what("gradients", 12), 6)
+note_compile(_forward_worker, _what("forward", 10), 7)
+note_compile(_vjp_worker, _what("gradients", 12), 10)

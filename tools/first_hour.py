@@ -9,7 +9,8 @@ empty cache folder (``GLAREF_CACHE_DIR`` and ``NUMBA_CACHE_DIR`` both point into
 tree that predates ``GLAREF_CACHE_DIR`` is measured cold too); the warm run repeats the same
 command with the folder the cold run filled. Times are wall seconds: the call itself (from after
 ``import glaref`` to its return), the whole process, and for the audit the silence before its
-first line on stderr. The load average is recorded beside every figure, since the compiler shares
+first line on stderr; beside them the process's CPU seconds (user + system), which the load
+does not inflate. The load average is recorded beside every figure, since the compiler shares
 the CPU with whatever else runs. The report goes to docs/reports/first_hour_cpu.txt between the
 markers below; text outside them (the dependency-bounds section) is kept.
 """
@@ -20,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -53,6 +55,11 @@ print(json.dumps({"import_s": t1 - t0, "call_s": t2 - t1}))
 """
 
 
+def _child_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def load() -> str:
     return "load %.2f %.2f %.2f" % os.getloadavg()
 
@@ -68,6 +75,7 @@ def _env(tree: str, cache: str) -> dict:
 def time_call(tree: str, what: str, cache: str) -> dict:
     """One process making the first ``what`` call; its figures, its stderr, the load before."""
     before = load()
+    c = _child_cpu()
     t = time.perf_counter()
     r = subprocess.run([sys.executable, "-c", CALL, what], env=_env(tree, cache), cwd=tree,
                        capture_output=True, text=True)
@@ -75,7 +83,7 @@ def time_call(tree: str, what: str, cache: str) -> dict:
     if r.returncode != 0:
         raise SystemExit(f"first_hour: {what} failed (exit {r.returncode}):\n{r.stderr}")
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    out.update(process_s=wall, load=before, stderr=r.stderr.strip())
+    out.update(process_s=wall, cpu_s=_child_cpu() - c, load=before, stderr=r.stderr.strip())
     return out
 
 
@@ -83,6 +91,7 @@ def time_audit(tree: str, cache: str, args: list[str]) -> dict:
     """``python -m glaref audit ARGS``: wall time, exit code, seconds before its first stderr
     line (and that line)."""
     before = load()
+    c = _child_cpu()
     t = time.perf_counter()
     p = subprocess.Popen([sys.executable, "-m", "glaref", "audit", *args], env=_env(tree, cache),
                          cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -102,7 +111,7 @@ def time_audit(tree: str, cache: str, args: list[str]) -> dict:
     reader.join()
     wall = time.perf_counter() - t
     lines = stdout.strip().splitlines()
-    return {"process_s": wall, "rc": p.returncode, "load": before,
+    return {"process_s": wall, "cpu_s": _child_cpu() - c, "rc": p.returncode, "load": before,
             "first_stderr_s": first[0][0] if first else None,
             "first_stderr": first[0][1] if first else None,
             "last_stdout": lines[-1] if lines else "", "stderr_lines": len(err)}
@@ -136,7 +145,8 @@ def run(tree: str, label: str, audit_args: list[str], skip_audit: bool) -> list[
             for state in ("cold", "warm"):
                 r = time_call(tree, what, cache)
                 out.append(f"first glaref.{what:<7} {state}: call {r['call_s']:6.2f} s  (import glaref "
-                           f"{r['import_s']:.2f} s, whole process {r['process_s']:6.2f} s; {r['load']})")
+                           f"{r['import_s']:.2f} s, whole process {r['process_s']:6.2f} s wall, "
+                           f"{r['cpu_s']:6.2f} s CPU; {r['load']})")
                 for line in r["stderr"].splitlines():
                     out.append(f"    stderr: {line}")
         finally:
@@ -148,8 +158,8 @@ def run(tree: str, label: str, audit_args: list[str], skip_audit: bool) -> list[
                 r = time_audit(tree, cache, audit_args)
                 first = ("none" if r["first_stderr_s"] is None
                          else f"{r['first_stderr_s']:.2f} s: {r['first_stderr']!r}")
-                out.append(f"glaref audit {' '.join(audit_args)} {state}: {r['process_s']:6.2f} s, "
-                           f"exit {r['rc']} ({r['load']})")
+                out.append(f"glaref audit {' '.join(audit_args)} {state}: {r['process_s']:6.2f} s wall, "
+                           f"{r['cpu_s']:6.2f} s CPU, exit {r['rc']} ({r['load']})")
                 out.append(f"    first stderr line after {first}")
                 out.append(f"    last stdout line: {r['last_stdout']!r}")
         finally:
