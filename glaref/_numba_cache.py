@@ -129,7 +129,7 @@ _NOTES: dict[object, tuple[object, float]] = {}
 def note_compile(dispatcher, what, seconds: float) -> None:
     """Print one line on stderr when ``dispatcher`` compiles (a cache miss): ``what`` (a string,
     or a function of the argument types that returns one) is being compiled, about ``seconds``
-    (measured on a 2-core x86-64 machine, unloaded)."""
+    (the CPU time measured on a 2-core x86-64 machine: the wall time on an idle one)."""
     _NOTES[dispatcher] = (what, seconds)
 
 
