@@ -4,13 +4,15 @@
     glaref oracles verify [--dir DIR] [--strict]  # recompute every case, check hashes and values
 
 Exit codes: 0 done / every case matches, 1 a mismatch (each printed, naming the case and the
-array), 2 usage error, 3 environment error (mpmath missing for generate).
+array), 2 usage error (an unknown --case, a --dir without manifest.json: valid names listed),
+3 environment error (mpmath missing).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def add_parser(sub) -> None:
@@ -35,8 +37,9 @@ def add_parser(sub) -> None:
                         "mismatch, naming the case and the array.")
     _options(v, ("--dir", "folder to check (default: the repository's oracles/, else the installed "
                   "copy)", {"metavar": "DIR"}),
-             ("--strict", "also require the recomputed files to be bit-identical (on the platform "
-              "that generated them)"),
+             ("--strict", "also require the recomputed files to be bit-identical (holds on the "
+              "platform that generated them; elsewhere another BLAS may change the last bits of "
+              "float64 values, which the default comparison allows for)"),
              ("--mpmath", "also recompute the 50-digit mpmath figures (minutes)"),
              ("--case", "only this case (repeatable)", {"action": "append", "metavar": "NAME"}))
 
@@ -50,6 +53,27 @@ def _options(parser, *options) -> None:
 
 def _err(msg: str) -> None:
     print(f"glaref oracles: error: {msg}", file=sys.stderr)
+
+
+def _usage_error(ns: argparse.Namespace, folder: Path) -> str | None:
+    """What is wrong with verify's --dir or --case (a typo, not a data failure), or None."""
+    from . import _golden_build as gb
+    from . import golden
+
+    if ns.dir and not (folder / golden.MANIFEST).is_file():
+        what = "is not a folder" if not folder.is_dir() else f"holds no {golden.MANIFEST}"
+        return (f"--dir: got {ns.dir!r}, which {what}; expected a folder of golden vectors (the "
+                f"repository's oracles/, or one written by `glaref oracles generate --out`)")
+    if ns.case:
+        try:
+            known = list(golden.manifest(folder)["cases"])
+        except golden.OracleFileError:    # an unreadable manifest is verify's to report
+            known = list(gb.all_cases())
+        bad = [n for n in ns.case if n not in known]
+        if bad:
+            return (f"--case: got {', '.join(map(repr, bad))}, expected names of the cases in "
+                    f"{folder}: {', '.join(known)}")
+    return None
 
 
 def _has_mpmath() -> bool:
@@ -76,7 +100,11 @@ def run(ns: argparse.Namespace) -> int:
         if ns.mpmath and not _has_mpmath():
             _err("--mpmath needs mpmath (pip install mpmath)")
             return 3
-        folder = ns.dir or gb.folder_default()
+        folder = Path(ns.dir) if ns.dir else gb.folder_default()
+        usage = _usage_error(ns, folder)
+        if usage:
+            _err(usage)
+            return 2
         problems, notes = gb.verify(folder, strict=ns.strict, mpmath=ns.mpmath, names=ns.case,
                                     progress=progress)
         for line in notes:

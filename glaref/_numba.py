@@ -7,7 +7,7 @@ Canonical "bhtd" float64 arrays in, float64 arrays out (see ``_inputs``):
         -> (dq, dk, dv, dlog_alpha, dh0)
 
 log_alpha (B, H, T) is a scalar gate, (B, H, T, dk) a vector gate (one decay per key dimension:
-the pair loop of the "vector gates" section below). The parallel drivers run over independent
+the pair loop of the "vector gates" section below). The parallel workers run over independent
 sequences: the B batch rows, or the N packed sequences of ``cu_seqlens`` (row 0, steps
 cu[n]:cu[n+1], state index n), each with the same per-head code as an unpacked call, so packed
 and one-by-one results are the same bits.
@@ -56,20 +56,31 @@ the sums run over one chunk only. It is *not* the reverse-cumsum identity of pro
 kernels (sum over all s >= t of q_s.dq_s - k_s.dk_s), whose terms do not decay and cancel
 under strong decay or long T.
 
-Determinism: kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs over independent
-(b, h) pairs (or (b, g) groups, see ``vjp``) only, with the time loop serial inside. BLAS is
-held to one thread during our calls (threadpoolctl), so each product is computed the same way
-whatever the number of Numba threads (and BLAS threads do not compete with ours: without the
-limit, two Numba threads each starting BLAS threads ran 30x slower on 2 cores). The group sum
-of dq and dk runs in a fixed head order (left to right), so results are bit-identical for any
-thread count. Dot products in our own loops use eight interleaved partial sums in a fixed
-order (``_dot``), never a compiler-reassociated reduction.
+Determinism: kernels are compiled with ``fastmath=False``. The workers (``_run``: one Python
+thread each, ``numba.get_num_threads()`` of them, running compiled code that releases the GIL)
+take independent (b, h) pairs (or (b, g) groups, see ``vjp``) only, with the time loop serial
+inside. BLAS is held to one thread during our calls (threadpoolctl), so each product is
+computed the same way whatever the number of workers (and BLAS threads do not compete with
+ours: without the limit, two workers each starting BLAS threads ran 30x slower on 2 cores).
+The group sum of dq and dk runs in a fixed head order (left to right), so results are
+bit-identical for any thread count. Dot products in our own loops use eight interleaved partial
+sums in a fixed order (``_dot``), never a compiler-reassociated reduction.
+
+Compile time (the first call on a machine; tools/first_hour.py measures it). Numba compiles a
+function per distinct tuple of argument types, and every caller re-optimises its callees'
+code, so the drivers keep that small: worker threads instead of a ``prange`` loop (Numba's
+parallel lowering cost a third of the compile), ``vector`` passed as None (scalar gates) or True
+(vector gates) so that Numba prunes the other kind's branches at compile time and a call
+compiles the code of its own kind of gate only, BLAS transposition flags as int8 values (not
+literal booleans, each of which would be a separate compilation of ``_gemm``), and copies as
+loops (an array assignment compiles Numba's broadcasting checks with their error messages). The
+compiled code is cached per user (``_numba_cache``: once per machine, not per environment).
 
 Memory: the backward stores the state at the start of every chunk for the (b, h) pair a worker
 is processing (T / CHUNK states of dk*dv, one buffer per worker, reused), nothing per (b, h)
 beyond the outputs; no O(T * dk * dv) storage per head. dq and dk are accumulated into the
 group's output directly when there are at least as many groups as threads; otherwise per-head
-buffers are summed after the parallel loop. Both orders of summation are the same, so both give
+buffers are summed after the workers finish. Both orders of summation are the same, so both give
 the same bits.
 
 Speed (tools/bench_oracle.py measures it). Per chunk of C steps the backward does
@@ -86,16 +97,20 @@ not flushed to zero, since an oracle does not drop terms.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
-from numba import get_num_threads, njit, prange, types
+from numba import get_num_threads, types
+
+from ._numba_cache import jit, note_compile
 
 CHUNK = 32
 VCHUNK = 32   # vector gates (tools/bench_oracle.py --gate vector)
 
-_JIT = dict(fastmath=False, cache=True)
+_jit = jit(fastmath=False, nogil=True)
 
 
-@njit(**_JIT)
+@_jit
 def _decays(log_alpha, t0, L, E, din, dout):  # pragma: no cover - compiled
     """Scalar gates, log_alpha (T, 1): fill E (L x L, lower incl. diagonal) and din, dout
     (column 0) for the chunk starting at t0. Products of alphas only; see the module docstring.
@@ -120,7 +135,7 @@ def _decays(log_alpha, t0, L, E, din, dout):  # pragma: no cover - compiled
         din[j, 0] = p
 
 
-@njit(**_JIT)
+@_jit
 def _vec_decays(log_alpha, t0, L, al, din, dout):  # pragma: no cover - compiled
     """Vector gates, log_alpha (T, dk): al, din, dout (L x dk) of the chunk starting at t0;
     products of alphas only."""
@@ -139,11 +154,11 @@ def _vec_decays(log_alpha, t0, L, al, din, dout):  # pragma: no cover - compiled
             dout[j, i] = dout[j + 1, i] * al[j + 1, i]
 
 
-@njit(**_JIT)
+@_jit
 def _gate_decays(vector, log_alpha, t0, L, E, al, din, dout):  # pragma: no cover - compiled
     """din, dout (rows 0..L-1) of the chunk starting at t0, and E (L x L, scalar gates) or the
     chunk's alphas al (L x dk, vector gates). The chunk's total decay atot is din[L - 1]."""
-    if vector:
+    if vector is not None:
         _vec_decays(log_alpha, t0, L, al, din, dout)
     else:
         _decays(log_alpha, t0, L, E, din, dout)
@@ -159,16 +174,17 @@ _xxgemm = types.ExternalFunction("numba_xxgemm", types.intc(
     types.CPointer(types.float64), types.intp))
 
 
-@njit(**_JIT)
+@_jit
 def _gemm(ta, tb, alpha, A, B, beta, Cm, ab):  # pragma: no cover - compiled
     """Row-major Cm <- alpha op(A) op(B) + beta Cm through BLAS dgemm (Numba's own binding).
 
-    op(X) is X, or X^T when ta / tb is True. A, B, Cm are 2-D views whose rows are contiguous
-    (unit last stride); ``ab`` is a float64[2] scratch for alpha and beta. BLAS is column-major,
-    so the call computes Cm^T = op(B)^T op(A)^T on the same memory.
+    op(X) is X when ta / tb is _N, X^T when it is _T (int8 values, not literal booleans, so that
+    one compiled version serves every combination). A, B, Cm are 2-D views whose rows are
+    contiguous (unit last stride); ``ab`` is a float64[2] scratch for alpha and beta. BLAS is
+    column-major, so the call computes Cm^T = op(B)^T op(A)^T on the same memory.
     """
     m, n = Cm.shape
-    kk = A.shape[0] if ta else A.shape[1]
+    kk = A.shape[0] if ta == _T else A.shape[1]
     if m == 0 or n == 0:
         return
     ab[0] = alpha
@@ -176,13 +192,13 @@ def _gemm(ta, tb, alpha, A, B, beta, Cm, ab):  # pragma: no cover - compiled
     lda = max(1, A.strides[0] // 8, A.shape[1])
     ldb = max(1, B.strides[0] // 8, B.shape[1])
     ldc = max(1, Cm.strides[0] // 8, n)
-    r = _xxgemm(_D, _T if tb else _N, _T if ta else _N, n, m, kk,
+    r = _xxgemm(_D, tb, ta, n, m, kk,
                 ab[0:1].ctypes, B.ctypes, ldb, A.ctypes, lda, ab[1:2].ctypes, Cm.ctypes, ldc)
     if r != 0:
         raise RuntimeError("BLAS dgemm (numba_xxgemm) failed")
 
 
-@njit(**_JIT)
+@_jit
 def _gated_rows(W, X, out):  # pragma: no cover - compiled
     """out = W o X for the rows of X: a one-column W (a scalar gate) scales whole rows
     (out[i, :] = W[i, 0] X[i, :]), a W as wide as X (a vector gate) multiplies elementwise."""
@@ -197,7 +213,7 @@ def _gated_rows(W, X, out):  # pragma: no cover - compiled
                 out[j, i] = W[j, i] * X[j, i]
 
 
-@njit(**_JIT)
+@_jit
 def _dot(x, y):  # pragma: no cover - compiled
     """sum_a x[a] y[a] with eight interleaved partial sums combined in a fixed tree.
 
@@ -222,7 +238,7 @@ def _dot(x, y):  # pragma: no cover - compiled
     return (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + t
 
 
-@njit(**_JIT)
+@_jit
 def _add_into(out, X):  # pragma: no cover - compiled
     """out += X, elementwise."""
     for i in range(X.shape[0]):
@@ -230,17 +246,34 @@ def _add_into(out, X):  # pragma: no cover - compiled
             out[i, a] += X[i, a]
 
 
-@njit(**_JIT)
+@_jit
+def _copy(dst, src):  # pragma: no cover - compiled
+    """dst = src, two 2-D arrays of one shape (a loop: an array assignment would compile Numba's
+    broadcasting checks and their error messages, seconds of compile time)."""
+    for i in range(src.shape[0]):
+        for m in range(src.shape[1]):
+            dst[i, m] = src[i, m]
+
+
+@_jit
+def _copy_t(dst, src):  # pragma: no cover - compiled
+    """dst = src^T (dst is src.shape[::-1])."""
+    for i in range(src.shape[0]):
+        for m in range(src.shape[1]):
+            dst[m, i] = src[i, m]
+
+
+@_jit
 def _qk_chunks(q, k, C, QK, ab):  # pragma: no cover - compiled
     """QK[c, :L, :L] = Q_c K_c^T for every chunk c of one group's q, k (T, dk)."""
     T = q.shape[0]
     for c in range((T + C - 1) // C):
         t0 = c * C
         L = min(C, T - t0)
-        _gemm(False, True, 1.0, q[t0:t0 + L], k[t0:t0 + L], 0.0, QK[c, :L, :L], ab)
+        _gemm(_N, _T, 1.0, q[t0:t0 + L], k[t0:t0 + L], 0.0, QK[c, :L, :L], ab)
 
 
-@njit(**_JIT)
+@_jit
 def _scale_rows(S, w):  # pragma: no cover - compiled
     """S[i, :] *= w[i] (S is dk x dv: the state's rows are the key dimensions)."""
     for i in range(S.shape[0]):
@@ -249,7 +282,7 @@ def _scale_rows(S, w):  # pragma: no cover - compiled
             S[i, m] *= wi
 
 
-@njit(**_JIT)
+@_jit
 def _scale_cols(ST, w):  # pragma: no cover - compiled
     """ST[:, i] *= w[i] (ST is a transposed state, dv x dk)."""
     for m in range(ST.shape[0]):
@@ -257,14 +290,14 @@ def _scale_cols(ST, w):  # pragma: no cover - compiled
             ST[m, i] *= w[i]
 
 
-@njit(**_JIT)
+@_jit
 def _advance(S, atot, W, X, Y, alpha, vector, transposed, Xs, ab):  # pragma: no cover - compiled
     """S <- diag(atot) S + alpha (W o X)^T Y over one chunk, or the same on S^T (dv x dk) when
     ``transposed``: the state update (W, X, Y = dout, K, V) and the backward's carry (din, Q, dO).
     A scalar gate's decay atot[0] goes to BLAS as beta; a vector gate's scales the rows of S
     first. Xs: scratch shaped like X."""
     beta = 1.0
-    if vector:
+    if vector is not None:
         if transposed:
             _scale_cols(S, atot)
         else:
@@ -273,12 +306,12 @@ def _advance(S, atot, W, X, Y, alpha, vector, transposed, Xs, ab):  # pragma: no
         beta = atot[0]
     _gated_rows(W, X, Xs)
     if transposed:
-        _gemm(True, False, alpha, Y, Xs, beta, S, ab)
+        _gemm(_T, _N, alpha, Y, Xs, beta, S, ab)
     else:
-        _gemm(True, False, alpha, Xs, Y, beta, S, ab)
+        _gemm(_T, _N, alpha, Xs, Y, beta, S, ab)
 
 
-@njit(**_JIT)
+@_jit
 def _mask_by_decays(QKc, Ec, Ac, dAc, Pc, L):  # pragma: no cover - compiled
     """Scalar gates: A = Q K^T o E (zero above the diagonal) for a chunk of L steps; with ``dAc``
     (not None: the backward) also dA <- dA o E and on the way P[r, j] = sum_{i < j} W[r, i]
@@ -324,7 +357,7 @@ def _mask_by_decays(QKc, Ec, Ac, dAc, Pc, L):  # pragma: no cover - compiled
 #                     + scale sum_{r >= j > s} dA[r, s] q_r[i] k_s[i] E[r, s, i]
 
 
-@njit(**_JIT)
+@_jit
 def _vec_pairs(Q, K, al, L, A, e, w, dA, scale, dQa, dKa, T4, Wb):  # pragma: no cover - compiled
     """A[r, s] = sum_i q_r[i] k_s[i] E[r, s, i] for s <= r (0 above), E as running products.
 
@@ -379,7 +412,7 @@ def _vec_pairs(Q, K, al, L, A, e, w, dA, scale, dQa, dKa, T4, Wb):  # pragma: no
                     t4[i] += e[i]
 
 
-@njit(**_JIT)
+@_jit
 def _forward_head(q, k, v, log_alpha, h0, scale, C, vector, o, h_T, QK):  # pragma: no cover
     """One (sequence, head): q, k (T, dk); v, o (T, dv); h0, h_T (dk, dv); log_alpha (T, 1), a
     scalar gate, or (T, dk), a vector gate (``vector``).
@@ -393,12 +426,14 @@ def _forward_head(q, k, v, log_alpha, h0, scale, C, vector, o, h_T, QK):  # prag
     din, dout = gd[0], gd[1]
     cc = np.empty((2, C, C))
     A, E = cc[0], cc[1]                     # E: scalar gates' decays
-    al = np.empty((C if vector else 0, dk))  # vector gates: the chunk's alphas
+    al = np.empty((C if vector is not None else 0, dk))  # vector gates: the chunk's alphas
     Xd = np.empty((C, dk))
     ew = np.empty((2, dk))
     e, w = ew[0], ew[1]
     S = h_T  # the running state lives in the output
-    S[:, :] = h0
+    for i in range(dk):
+        for m in range(S.shape[1]):
+            S[i, m] = h0[i, m]
     for t0 in range(0, T, C):
         L = min(C, T - t0)
         Q = q[t0:t0 + L]
@@ -406,24 +441,27 @@ def _forward_head(q, k, v, log_alpha, h0, scale, C, vector, o, h_T, QK):  # prag
         Ac = A[:L, :L]
         Xc = Xd[:L]
         _gate_decays(vector, log_alpha, t0, L, E[:L, :L], al, din, dout)
-        if vector:
+        if vector is not None:
             _vec_pairs(Q, K, al, L, Ac, e, w, None, scale, Xc, Xc, Xc, Xc)
         else:
             _mask_by_decays(QK[t0 // C], E[:L, :L], Ac, None, Ac, L)
         # O = scale (din o Q) S0 + scale A V
         _gated_rows(din, Q, Xc)
-        _gemm(False, False, scale, Xc, S, 0.0, o[t0:t0 + L], ab)
-        _gemm(False, False, scale, Ac, v[t0:t0 + L], 1.0, o[t0:t0 + L], ab)
+        _gemm(_N, _N, scale, Xc, S, 0.0, o[t0:t0 + L], ab)
+        _gemm(_N, _N, scale, Ac, v[t0:t0 + L], 1.0, o[t0:t0 + L], ab)
         # S_end = diag(atot) S0 + (dout o K)^T V
         _advance(S, din[L - 1], dout, K, v[t0:t0 + L], 1.0, vector, False, Xc, ab)
 
 
-@njit(parallel=True, **_JIT)
-def _forward_kernel(q, k, v, log_alpha, h0, scale, C, n_workers, grouped, vector, sb, st0, st1,
+@_jit
+def _forward_worker(w, n_workers, q, k, v, log_alpha, h0, scale, C, grouped, vector, sb, st0, st1,
                     o, h_T):  # pragma: no cover - compiled
-    """Workers over (sequence, group) items (``grouped``: Q K^T once per group) or over
-    (sequence, head) pairs. Sequence n is row sb[n], steps st0[n]:st1[n], state index n.
-    log_alpha is (B, H, T, 1) for scalar gates, (B, H, T, dk) for vector gates (``vector``)."""
+    """Worker w of n_workers: items w, w + n_workers, ... of the (sequence, group) items
+    (``grouped``: Q K^T once per group) or of the (sequence, head) pairs. Sequence n is row
+    sb[n], steps st0[n]:st1[n], state index n. log_alpha is (B, H, T, 1) for scalar gates,
+    (B, H, T, dk) for vector gates, with ``vector`` None for scalar gates and True for vector
+    gates: its type picks the code at compile time (Numba prunes the branches ``vector is None``),
+    so that a call compiles the code of its own kind of gate only."""
     G = q.shape[1]
     T = q.shape[2]
     H = v.shape[1]
@@ -431,28 +469,27 @@ def _forward_kernel(q, k, v, log_alpha, h0, scale, C, n_workers, grouped, vector
     NS = sb.shape[0]
     n_chunks = (T + C - 1) // C
     n_items = NS * G if grouped else NS * H
-    for w in prange(n_workers):
-        ab = np.empty(2)
-        QK = np.empty((max(n_chunks, 1), C, C))
-        for item in range(w, n_items, n_workers):
-            if grouped:
-                n = item // G
-                g = item - n * G
-                first, count = g * hpg, hpg
-            else:
-                n = item // H
-                first, count = item - n * H, 1
-                g = first // hpg
-            b, t0, t1 = sb[n], st0[n], st1[n]
-            if not vector:
-                _qk_chunks(q[b, g, t0:t1], k[b, g, t0:t1], C, QK, ab)
-            for h in range(first, first + count):
-                _forward_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1],
-                              log_alpha[b, h, t0:t1], h0[n, h], scale, C, vector,
-                              o[b, h, t0:t1], h_T[n, h], QK)
+    ab = np.empty(2)
+    QK = np.empty((max(n_chunks, 1), C, C))
+    for item in range(w, n_items, n_workers):
+        if grouped:
+            n = item // G
+            g = item - n * G
+            first, count = g * hpg, hpg
+        else:
+            n = item // H
+            first, count = item - n * H, 1
+            g = first // hpg
+        b, t0, t1 = sb[n], st0[n], st1[n]
+        if vector is None:
+            _qk_chunks(q[b, g, t0:t1], k[b, g, t0:t1], C, QK, ab)
+        for h in range(first, first + count):
+            _forward_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1],
+                          log_alpha[b, h, t0:t1], h0[n, h], scale, C, vector,
+                          o[b, h, t0:t1], h_T[n, h], QK)
 
 
-@njit(**_JIT)
+@_jit
 def _chunk_starts(k, v, log_alpha, h0, C, vector, starts, E, al, din, dout, Xk,
                   ab):  # pragma: no cover - compiled
     """starts[c] = the state at the start of chunk c (the forward's state update, chunk by
@@ -460,16 +497,16 @@ def _chunk_starts(k, v, log_alpha, h0, C, vector, starts, E, al, din, dout, Xk,
     the order BLAS prefers. E, al, din, dout, Xk, ab: scratch."""
     T = k.shape[0]
     S = np.empty((v.shape[1], k.shape[1]))
-    S[:, :] = h0.T
+    _copy_t(S, h0)
     for c in range((T + C - 1) // C):
         t0 = c * C
         L = min(C, T - t0)
-        starts[c] = S
+        _copy(starts[c], S)
         _gate_decays(vector, log_alpha, t0, L, E[:L, :L], al, din, dout)
         _advance(S, din[L - 1], dout, k[t0:t0 + L], v[t0:t0 + L], 1.0, vector, True, Xk[:L], ab)
 
 
-@njit(**_JIT)
+@_jit
 def _dq_dk_scalar(Q, K, V, dO, S0, GnT, din, dout, dAc, scale, Yq, Yk, dlc, Xv, sg,
                   ab):  # pragma: no cover - compiled
     """Scalar gates, one chunk: Yq = dQ = scale (din o dO) S0^T + scale (dA o E) K and
@@ -479,21 +516,21 @@ def _dq_dk_scalar(Q, K, V, dO, S0, GnT, din, dout, dAc, scale, Yq, Yk, dlc, Xv, 
     Xv (L, dv), sg (1, 1): scratch."""
     L, dk_ = Q.shape
     n = dk_ * V.shape[1]
-    _gemm(False, True, 1.0, S0.reshape((1, n)), GnT.reshape((1, n)), 0.0, sg, ab)
+    _gemm(_N, _T, 1.0, S0.reshape((1, n)), GnT.reshape((1, n)), 0.0, sg, ab)
     t1 = din[L - 1, 0] * sg[0, 0]
     _gated_rows(din, dO, Xv)
-    _gemm(False, False, scale, Xv, S0, 0.0, Yq, ab)
+    _gemm(_N, _N, scale, Xv, S0, 0.0, Yq, ab)
     suf = 0.0
     for j in range(L - 1, -1, -1):
         suf += _dot(Q[j], Yq[j])
         dlc[j, 0] = t1 + suf
-    _gemm(False, False, scale, dAc, K, 1.0, Yq, ab)
+    _gemm(_N, _N, scale, dAc, K, 1.0, Yq, ab)
     _gated_rows(dout, V, Xv)
-    _gemm(False, False, 1.0, Xv, GnT, 0.0, Yk, ab)
-    _gemm(True, False, scale, dAc, Q, 1.0, Yk, ab)
+    _gemm(_N, _N, 1.0, Xv, GnT, 0.0, Yk, ab)
+    _gemm(_T, _N, scale, dAc, Q, 1.0, Yk, ab)
 
 
-@njit(**_JIT)
+@_jit
 def _dq_dk_vector(Q, K, V, dO, S0, GnT, din, dout, dQa, dKa, scale, Yq, Yk, dlc, t1,
                   acc, ab):  # pragma: no cover - compiled
     """Vector gates, one chunk: Yq = dQ = din o (scale dO S0^T) + scale dQa and
@@ -510,7 +547,7 @@ def _dq_dk_vector(Q, K, V, dO, S0, GnT, din, dout, dQa, dKa, scale, Yq, Yk, dlc,
     for i in range(dk_):
         t1[i] *= atot[i]
         acc[i] = 0.0
-    _gemm(False, False, scale, dO, S0, 0.0, Yq, ab)
+    _gemm(_N, _N, scale, dO, S0, 0.0, Yq, ab)
     for j in range(L - 1, -1, -1):
         for i in range(dk_):
             x = din[j, i] * Yq[j, i]
@@ -520,7 +557,7 @@ def _dq_dk_vector(Q, K, V, dO, S0, GnT, din, dout, dQa, dKa, scale, Yq, Yk, dlc,
     for j in range(L):
         for i in range(dk_):
             Yq[j, i] += scale * dQa[j, i]
-    _gemm(False, False, 1.0, V, GnT, 0.0, Yk, ab)
+    _gemm(_N, _N, 1.0, V, GnT, 0.0, Yk, ab)
     for i in range(dk_):
         acc[i] = 0.0
     for j in range(L):
@@ -531,7 +568,7 @@ def _dq_dk_vector(Q, K, V, dO, S0, GnT, din, dout, dQa, dKa, scale, Yq, Yk, dlc,
             acc[i] += K[j, i] * x
 
 
-@njit(**_JIT)
+@_jit
 def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector,
               dq, dk, accumulate, dv, dla, dh0, starts, QK):  # pragma: no cover - compiled
     """One (sequence, head); log_alpha and dla (T, 1) for scalar gates, (T, dk) for vector gates
@@ -553,7 +590,7 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector,
     ck = np.empty((3, C, dk_))
     Xk, Yq, Yk = ck[0], ck[1], ck[2]
     Xv = np.empty((C, dv_))
-    vk = np.empty((5, C if vector else 0, dk_))    # vector gates only (``_vec_pairs``)
+    vk = np.empty((5, C if vector is not None else 0, dk_))    # vector gates only (``_vec_pairs``)
     al, dQa, dKa, T4, Wb = vk[0], vk[1], vk[2], vk[3], vk[4]
     d1 = np.empty((4, dk_))
     e, w, t1, acc = d1[0], d1[1], d1[2], d1[3]
@@ -565,7 +602,7 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector,
     # also kept transposed: GnT = Gn^T (dv, dk).
     GnT = np.empty((dv_, dk_))
     if has_dh_T:
-        GnT[:, :] = dh_T.T
+        _copy_t(GnT, dh_T)
     else:
         GnT[:, :] = 0.0
     for c in range((T + C - 1) // C - 1, -1, -1):
@@ -584,8 +621,8 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector,
         Ykc = Yk[:L] if accumulate else dk[t0:t0 + L]
         _gate_decays(vector, log_alpha, t0, L, E[:L, :L], al, din, dout)
 
-        _gemm(False, True, 1.0, dO, V, 0.0, dAc, ab)   # dA[r, s] = do_r . v_s
-        if vector:
+        _gemm(_N, _T, 1.0, dO, V, 0.0, dAc, ab)   # dA[r, s] = do_r . v_s
+        if vector is not None:
             _vec_pairs(Q, K, al, L, Ac, e, w, dAc, scale, dQa, dKa, T4, Wb)
             _dq_dk_vector(Q, K, V, dO, starts[c], GnT, din, dout, dQa, dKa, scale, Yqc, Ykc,
                           dlc, t1, acc, ab)
@@ -597,17 +634,17 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector,
         # dV = (dout o K) Gn + scale A^T dO; scalar gates' dlog_alpha term 3 from
         # rowdot(V, (dout o K) Gn)
         _gated_rows(dout, K, Xk[:L])
-        _gemm(False, True, 1.0, Xk[:L], GnT, 0.0, dVc, ab)
-        if not vector:
+        _gemm(_N, _T, 1.0, Xk[:L], GnT, 0.0, dVc, ab)
+        if vector is None:
             pre = 0.0
             for j in range(L):
                 dlc[j, 0] += pre
                 pre += _dot(dVc[j], V[j])
-        _gemm(True, False, scale, Ac, dO, 1.0, dVc, ab)
+        _gemm(_T, _N, scale, Ac, dO, 1.0, dVc, ab)
 
         # dlog_alpha term 4: scale sum_{r >= j > s} dA[r, s] (q_r o k_s) E[r, s]
         for j in range(L):
-            if vector:
+            if vector is not None:
                 for i in range(dk_):
                     dlc[j, i] += scale * T4[j, i]
             else:
@@ -621,16 +658,17 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector,
         if accumulate:
             _add_into(dq[t0:t0 + L], Yqc)
             _add_into(dk[t0:t0 + L], Ykc)
-    dh0[:, :] = GnT.T
+    _copy_t(dh0, GnT)
 
 
-@njit(parallel=True, **_JIT)
-def _vjp_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, n_workers, vector,
+@_jit
+def _vjp_worker(w, n_workers, q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector,
                 sb, st0, st1, per_head, dq, dk, dv, dla, dh0):  # pragma: no cover - compiled
-    """Workers over items (item p goes to worker p % n_workers): (sequence, head) pairs when
-    ``per_head`` (dq, dk (B, H, T, dk), one head each), else (sequence, group) items whose heads
-    run in order, adding into dq, dk (B, G, T, dk). log_alpha and dla are (B, H, T, 1) for scalar
-    gates, (B, H, T, dk) for vector gates."""
+    """Worker w of n_workers: items w, w + n_workers, ... of the (sequence, head) pairs when
+    ``per_head`` (dq, dk (B, H, T, dk), one head each), else of the (sequence, group) items, whose
+    heads run in order, adding into dq, dk (B, G, T, dk). log_alpha and dla are (B, H, T, 1) for
+    scalar gates, (B, H, T, dk) for vector gates (``vector`` None or True, as in
+    ``_forward_worker``)."""
     G = q.shape[1]
     T, dk_ = q.shape[2], q.shape[3]
     H, dv_ = v.shape[1], v.shape[3]
@@ -639,47 +677,45 @@ def _vjp_kernel(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, n_workers,
     n_chunks = (T + C - 1) // C
     per_item = H if per_head else G            # items per sequence
     heads = 1 if per_head else hpg             # heads per item
-    for w in prange(n_workers):
-        ab = np.empty(2)
-        starts = np.empty((max(n_chunks, 1), dv_, dk_))
-        QK = np.empty((max(n_chunks, 1), C, C))
-        for item in range(w, NS * per_item, n_workers):
-            n = item // per_item
-            x = item - n * per_item            # the head (per_head) or the group
-            g = x // hpg if per_head else x
-            b, t0, t1 = sb[n], st0[n], st1[n]
-            if not vector:
-                _qk_chunks(q[b, g, t0:t1], k[b, g, t0:t1], C, QK, ab)
-            for j in range(heads):
-                h = x if per_head else g * hpg + j
-                _vjp_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1], log_alpha[b, h, t0:t1],
-                          h0[n, h], do[b, h, t0:t1], dh_T[n, h] if has_dh_T else dh_T[0, 0],
-                          has_dh_T, scale, C, vector, dq[b, x, t0:t1], dk[b, x, t0:t1], j > 0,
-                          dv[b, h, t0:t1], dla[b, h, t0:t1], dh0[n, h], starts, QK)
-
-
-@njit(parallel=True, **_JIT)
-def _group_sum_kernel(xh, out):  # pragma: no cover - compiled
-    """out[b, g] = (xh[b, g*hpg] + xh[b, g*hpg + 1]) + ... (left to right, fixed order)."""
-    B, H, T, d = xh.shape
-    G = out.shape[1]
-    hpg = H // G
-    for bg in prange(B * G):
-        b = bg // G
-        g = bg - b * G
-        first = g * hpg
-        for t in range(T):
-            for i in range(d):
-                s = xh[b, first, t, i]
-                for j in range(1, hpg):
-                    s += xh[b, first + j, t, i]
-                out[b, g, t, i] = s
-
-
-@njit(**_JIT)
-def _first_gemm(x):  # pragma: no cover - compiled
     ab = np.empty(2)
-    _gemm(False, False, 1.0, x, x, 0.0, x, ab)
+    starts = np.empty((max(n_chunks, 1), dv_, dk_))
+    QK = np.empty((max(n_chunks, 1), C, C))
+    for item in range(w, NS * per_item, n_workers):
+        n = item // per_item
+        x = item - n * per_item            # the head (per_head) or the group
+        g = x // hpg if per_head else x
+        b, t0, t1 = sb[n], st0[n], st1[n]
+        if vector is None:
+            _qk_chunks(q[b, g, t0:t1], k[b, g, t0:t1], C, QK, ab)
+        for j in range(heads):
+            h = x if per_head else g * hpg + j
+            _vjp_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1], log_alpha[b, h, t0:t1],
+                      h0[n, h], do[b, h, t0:t1], dh_T[n, h] if has_dh_T else dh_T[0, 0],
+                      has_dh_T, scale, C, vector, dq[b, x, t0:t1], dk[b, x, t0:t1], j > 0,
+                      dv[b, h, t0:t1], dla[b, h, t0:t1], dh0[n, h], starts, QK)
+
+
+def _group_sum(xh, G):
+    """out[b, g] = (xh[b, g*hpg] + xh[b, g*hpg + 1]) + ... (left to right, a fixed order)."""
+    B, H, T, d = xh.shape
+    x = xh.reshape(B, G, H // G, T, d)
+    out = x[:, :, 0].copy()
+    for j in range(1, H // G):
+        out += x[:, :, j]
+    return out
+
+
+def _run(worker, n_workers: int, *args) -> None:
+    """worker(w, n_workers, *args) for w = 0 .. n_workers - 1, one thread each (the compiled
+    workers release the GIL). The first call in a process runs worker 0 alone, on this thread,
+    so that compiling (or loading from the cache) happens once, here."""
+    todo = list(range(n_workers))
+    if n_workers == 1 or not worker.signatures:
+        worker(todo.pop(0), n_workers, *args)
+    if todo:
+        with ThreadPoolExecutor(max_workers=len(todo)) as pool:
+            for f in [pool.submit(worker, w, n_workers, *args) for w in todo]:
+                f.result()
 
 
 def _c64(x):
@@ -690,16 +726,14 @@ _CONTROLLER = None
 
 
 def _one_blas_thread():
-    """Context that holds BLAS to one thread (dgemm inside prange); no-op without threadpoolctl."""
+    """Context that holds BLAS to one thread (dgemm inside the workers); no-op without
+    threadpoolctl."""
     global _CONTROLLER
     try:
         from threadpoolctl import ThreadpoolController
     except ImportError:  # pragma: no cover - threadpoolctl is a dependency; a broken install
         import contextlib
         import warnings
-        if _CONTROLLER is None:
-            _first_gemm(np.ones((1, 1)))
-            _CONTROLLER = False
         warnings.warn("glaref: threadpoolctl is not installed, so BLAS may start its own threads "
                       "inside the oracle's parallel loop (slow; install threadpoolctl)",
                       RuntimeWarning, stacklevel=3)
@@ -709,9 +743,6 @@ def _one_blas_thread():
         # load it before the controller takes its inventory, or that BLAS is left unlimited.
         import scipy.linalg.cython_blas  # noqa: F401
         _CONTROLLER = ThreadpoolController()
-        # numba_xxgemm looks its BLAS pointer up under the GIL on first use: make that first use
-        # here, on this thread, rather than inside a worker of the parallel loop.
-        _first_gemm(np.ones((1, 1)))
     return _CONTROLLER.limit(limits=1, user_api="blas")
 
 
@@ -748,8 +779,8 @@ def forward(q, k, v, log_alpha, h0, scale=1.0, cu_seqlens=None):
     grouped = NS * G >= n_threads
     n_workers = max(1, min(n_threads, NS * G if grouped else NS * H))
     with _one_blas_thread():
-        _forward_kernel(q, k, v, la4, h0, float(scale), C, n_workers, grouped, vector,
-                        sb, st0, st1, o, h_T)
+        _run(_forward_worker, n_workers, q, k, v, la4, h0, float(scale), C, grouped,
+             True if vector else None, sb, st0, st1, o, h_T)
     return o, h_T
 
 
@@ -780,22 +811,33 @@ def vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False, cu_seq
     n_threads = get_num_threads()
     grouped = not (per_head or G == H or NS * G < n_threads)
     n_workers = max(1, min(n_threads, NS * G if grouped else NS * H))
-    args = (q, k, v, la4, h0, do, dh_T_arr, has_dh_T, float(scale), C, n_workers, vector,
+    args = (q, k, v, la4, h0, do, dh_T_arr, has_dh_T, float(scale), C, True if vector else None,
             sb, st0, st1)
     with _one_blas_thread():
         if not grouped:
             dqh = np.zeros((B, H, T, dk))
             dkh = np.zeros((B, H, T, dk))
-            _vjp_kernel(*args, True, dqh, dkh, dvv, dla4, dh0)
+            _run(_vjp_worker, n_workers, *args, True, dqh, dkh, dvv, dla4, dh0)
             if per_head or G == H:
                 return dqh, dkh, dvv, dla, dh0
-            dq = np.empty((B, G, T, dk))
-            dkg = np.empty((B, G, T, dk))
-            _group_sum_kernel(dqh, dq)
+            dq = _group_sum(dqh, G)
             del dqh
-            _group_sum_kernel(dkh, dkg)
-            return dq, dkg, dvv, dla, dh0
+            return dq, _group_sum(dkh, G), dvv, dla, dh0
         dq = np.zeros((B, G, T, dk))
         dkg = np.zeros((B, G, T, dk))
-        _vjp_kernel(*args, False, dq, dkg, dvv, dla4, dh0)
+        _run(_vjp_worker, n_workers, *args, False, dq, dkg, dvv, dla4, dh0)
         return dq, dkg, dvv, dla, dh0
+
+
+# The one line on stderr while a worker compiles (glaref._numba_cache); seconds: the CPU time of
+# the first call with a cold cache on a 2-core x86-64 machine (docs/reports/first_hour_cpu.txt:
+# 8.8 s and 11.8 s for the whole process, of which ~1.5 s is starting Python and Numba).
+def _what(part, vector_index):
+    def what(args):
+        gates = "scalar" if isinstance(args[vector_index], types.NoneType) else "vector"
+        return f"the float64 oracle ({part}, {gates} gates)"
+    return what
+
+
+note_compile(_forward_worker, _what("forward", 10), 7)
+note_compile(_vjp_worker, _what("gradients", 12), 10)

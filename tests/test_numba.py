@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -214,3 +215,71 @@ def test_bit_identical_on_1_and_2_threads():
         blobs.append(r.stdout)
     assert len(blobs[0]) > 0
     assert blobs[0] == blobs[1]
+
+
+# ---------------------------------------------------------------- the compile cache and its note
+
+def test_the_cache_folder_is_per_user_and_overridable(monkeypatch, tmp_path):
+    from glaref import _numba_cache
+
+    for var in ("GLAREF_CACHE_DIR", "NUMBA_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    if sys.platform.startswith("linux"):
+        assert _numba_cache.cache_dir() == Path.home() / ".cache" / "glaref" / "numba"
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+        assert _numba_cache.cache_dir() == tmp_path / "xdg" / "glaref" / "numba"
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "nb"))       # Numba's own setting
+    assert _numba_cache.cache_dir() == tmp_path / "nb" / "glaref"
+    monkeypatch.setenv("GLAREF_CACHE_DIR", str(tmp_path / "own"))     # glaref's, first
+    assert _numba_cache.cache_dir() == tmp_path / "own" / "numba"
+
+
+_NOTE_SCRIPT = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {root!r})
+    from glaref._numba_cache import jit, note_compile
+
+    @jit(fastmath=False)
+    def twice(x):
+        return 2 * x
+
+    note_compile(twice, "a test function", 1)
+    assert twice(21) == 42
+""")
+
+
+def test_a_cold_cache_compiles_with_a_note_and_a_warm_one_loads_silently(tmp_path):
+    # the mechanism of the oracle's cache and note, on a one-line function (milliseconds to
+    # compile): the note on stderr exactly when compiling; the entries in GLAREF_CACHE_DIR,
+    # found again from a copy of the source file elsewhere (another checkout or environment)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, GLAREF_CACHE_DIR=str(tmp_path / "cache"))
+    src = _NOTE_SCRIPT.format(root=root)
+    runs = []
+    for where in ("a", "a", "b"):
+        f = tmp_path / where / "user_module.py"
+        f.parent.mkdir(exist_ok=True)
+        f.write_text(src)
+        r = subprocess.run([sys.executable, str(f)], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr
+        runs.append(r.stderr)
+    note = "glaref: compiling a test function, once per machine: ~1 s (cached in "
+    assert runs[0].count(note) == 1, runs[0]
+    assert str(tmp_path / "cache" / "numba") in runs[0]
+    assert "compiling" not in runs[1] and "compiling" not in runs[2], runs
+    assert list((tmp_path / "cache" / "numba").glob("user_module-*/*.nbi"))
+
+
+@pytest.mark.slow
+def test_the_oracle_notes_its_first_compile_once(tmp_path):
+    # the real oracle, cold (seconds to a minute): one note per driver compiled, none when warm
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, GLAREF_CACHE_DIR=str(tmp_path))
+    code = (f"import sys; sys.path.insert(0, {root!r}); import numpy as np, glaref; "
+            "x = np.ones((1, 1, 3, 2)); glaref.forward(x, x, x, -np.ones((1, 1, 3)), None)")
+    errs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           timeout=600).stderr for _ in range(2)]
+    assert errs[0].count("glaref: compiling the float64 oracle (forward, scalar gates), once per "
+                         "machine") == 1, errs[0]
+    assert "compiling" not in errs[1], errs[1]

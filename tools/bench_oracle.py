@@ -298,7 +298,7 @@ def run(args) -> dict:
     env_cache = dict(os.environ)
     # 7: cold compile into an empty cache dir, then the first call in a second process.
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        env = dict(os.environ, GLAREF_CACHE_DIR=cache, NUMBA_CACHE_DIR=cache)
         t0 = time.perf_counter()
         cold = _subprocess(["--worker", "first_call"], env=env)
         cold_wall = time.perf_counter() - t0
