@@ -210,7 +210,7 @@ def _canonical_problem(arrays: dict[str, np.ndarray], p: Problem, layout: str) -
     """The float64 canonical problem from the arrays the kernel received (already float64)."""
     vals = {n: (None if arrays[n] is None else to_canonical(arrays[n], _KIND[n], layout))
             for n in ARRAYS}
-    return Problem(**vals, dims=p.dims)
+    return Problem(**vals, dims=p.dims, cu_seqlens=p.cu_seqlens)
 
 
 def _read(x: Any, name: str, kind: str, layout: str) -> np.ndarray:
@@ -235,7 +235,7 @@ def _forward(run: KernelRun, call: Callable[[], Any], p: Problem,
     except (Exception, SystemExit) as exc:     # a kernel calling sys.exit fails, glaref goes on
         run.error = _error("forward", exc)
         return None
-    arrays_out, final, problem = kernel_returns(out, p.dims, layout)
+    arrays_out, final, problem = kernel_returns(out, p.dims, layout, p.n_states)
     run.final_state = final
     run.returned = array_framework(arrays_out[0]) if arrays_out else None
     if problem is not None:

@@ -88,6 +88,7 @@ PRECISION_LIMIT = 2.0**-7     # uniform: median step error, relative to the scal
 SIGNIFICANT = 1e-2            # a step is in error above its band and this fraction of the largest
 MIN_SHARE = 1 / 3             # a row's pattern: shown by at least this share of its failing outputs
 GROWTH_BLOCKS = 8             # grows: judged on the maxima of this many blocks of steps
+PROFILED = ("o", "h_T", "q", "k", "v", "log_alpha", "h0")   # every output of a fwd_bwd row
 CANDIDATE_CHUNKS = (8, 16, 32, 64, 128, 256)
 MAX_PROFILE_STEPS = 1024      # longer time profiles are stored as maxima over bins of steps
 
