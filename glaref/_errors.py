@@ -50,3 +50,15 @@ class AuditUsageError(GlarefError, ValueError):
 
 class AuditEnvironmentError(GlarefError, RuntimeError):
     """Something missing from this machine: jax, a backend, matplotlib... (CLI exit code 3)."""
+
+
+class ClaimError(AuditUsageError, DTypeError):
+    """A claim about a kernel (``glaref._claims.Claims``: its layout, dtypes, chunk size, forms,
+    gate kind, ...) that glaref cannot use, or two claims that contradict each other. The one
+    usage error of every face that takes claims; ``argument`` names the argument (the CLI shows
+    its flag), ``detail`` says what was got and what was expected."""
+
+    def __init__(self, argument: str, detail: str):
+        super().__init__(f"{argument}: {detail}")
+        self.argument, self.detail = argument, detail
+

@@ -23,6 +23,7 @@ never re-raised, so one broken kernel does not stop a test suite's other checks.
 from __future__ import annotations
 
 import dis
+import inspect
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -183,14 +184,29 @@ def detect_framework(kernel: Callable) -> str:
     return "numpy"
 
 
-def _accepts_scale(fn: Callable) -> bool:
-    from ._audit._subjects import _accepts
-    return _accepts(fn, "scale")
+def accepts(fn: Callable, name: str) -> bool:
+    """Whether ``fn``'s signature takes the keyword ``name`` (or any keyword)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def kernel_traceback(exc: BaseException) -> str:
+    """The traceback of an exception a kernel raised, glaref's own frames trimmed: from the
+    first frame outside the glaref package on."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    keep = [i for i, f in enumerate(frames) if "/glaref/" not in f.filename.replace("\\", "/")]
+    tb = exc.__traceback__
+    for _ in range(keep[0] if keep else 0):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def _error(stage: str, exc: BaseException) -> dict[str, str]:
     return {"stage": stage, "type": type(exc).__name__, "message": str(exc).strip()[:2000],
-            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
+            "traceback": kernel_traceback(exc)}
 
 
 def _problem_error(stage: str, message: str) -> dict[str, str]:
@@ -265,6 +281,9 @@ def _run_torch(kernel, p, dtype, layout, scale_kw, want_grads, device, run: Kern
     if want_grads:
         for t in inputs:
             t.requires_grad_(True)
+    if p.cu_seqlens is not None:    # packed sequences: the offsets as an int64 tensor beside q
+        scale_kw = {**scale_kw, "cu_seqlens": torch.as_tensor(np.asarray(p.cu_seqlens, np.int64),
+                                                              device=device)}
     taken = _forward(run, lambda: kernel(*inputs, **scale_kw), p, layout)
     if taken is None:
         return
@@ -316,6 +335,8 @@ def _run_numpy(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
     inputs = [np.ascontiguousarray(arrays[n]).astype(npd) for n in GRADS]
     run.inputs = _received(arrays, {n: x.astype(np.float64) for n, x in zip(GRADS, inputs)}, p, layout)
     run.no_grads = "NumPy has no automatic differentiation: forward only"
+    if p.cu_seqlens is not None:    # packed sequences: the offsets as an int64 array
+        scale_kw = {**scale_kw, "cu_seqlens": np.asarray(p.cu_seqlens, np.int64)}
     taken = _forward(run, lambda: kernel(*inputs, **scale_kw), p, layout)
     if taken is None:
         return
@@ -331,6 +352,9 @@ def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
     inputs = [jnp.asarray(np.asarray(arrays[n]).astype(jd)) for n in GRADS]
     run.inputs = _received(arrays, {n: np.asarray(x).astype(np.float64)
                                     for n, x in zip(GRADS, inputs)}, p, layout)
+
+    if p.cu_seqlens is not None:    # packed sequences: the offsets (concrete int64) as the audit
+        scale_kw = {**scale_kw, "cu_seqlens": np.asarray(p.cu_seqlens, np.int64)}
 
     def fn(*xs):
         return kernel(*xs, **scale_kw)
@@ -376,6 +400,8 @@ def run_kernel(kernel: Callable, problem: Problem, dtype: str = "float32", *, la
 
     framework: "torch", "numpy", "jax", or None to detect it (:func:`detect_framework`).
     grads: also run the backward pass (torch, JAX) with the problem's do and dh_T.
+    Packed sequences (``problem.cu_seqlens``) reach the kernel as the keyword ``cu_seqlens=``
+    (an int64 tensor on ``device`` for torch, an int64 NumPy array otherwise).
     device: torch only, where the inputs are put ("cpu" by default, "cuda" for a GPU kernel).
     Bad arguments (an unknown framework, dtype or layout) raise ValueError naming them.
     """
@@ -390,7 +416,7 @@ def run_kernel(kernel: Callable, problem: Problem, dtype: str = "float32", *, la
         raise ValueError(f"framework: got {framework!r}, expected one of {FRAMEWORKS} or None")
     if device is not None and fw != "torch":
         raise ValueError(f"device: got {device!r} for a {fw} kernel, expected None (torch only)")
-    scale_kw = {"scale": float(scale)} if _accepts_scale(kernel) else {}
+    scale_kw = {"scale": float(scale)} if accepts(kernel, "scale") else {}
     run = KernelRun(framework=fw, dtype=dtype, layout=layout, inputs=problem)
     if fw == "torch":
         _run_torch(kernel, problem, dtype, layout, scale_kw, grads, device or "cpu", run)

@@ -18,29 +18,12 @@ import time
 
 import numpy as np
 
-from . import _baseline, _verdict
+from . import _baseline, _claims, _verdict
+from ._claims import Claims
+from ._designs import yardstick
 from ._errors import NonFiniteError
 from ._inputs import _KIND, FORWARD, GRADS, OUTPUTS, Problem, from_canonical
 from .tolerances import UNIT_ROUNDOFF
-
-# What a kernel that says nothing is assumed to accumulate in when its compute dtype is narrower:
-# float32, the practice of every production kernel of this recurrence (flash-linear-attention's
-# Triton kernels, mamba_ssm's SSD, axlearn's Pallas kernels accumulate dots and carry the state
-# in float32). A kernel that really accumulates in its 16-bit input dtype is judged with
-# accumulate_dtype equal to that dtype, and then gets the (much looser) all-16-bit bound.
-DEFAULT_ACCUMULATE = "float32"
-
-
-def accumulate_for(accumulate_dtype: str | None, compute_dtype: str) -> str | None:
-    """The accumulate_dtype a kernel is judged with at ``compute_dtype``: the one it promises
-    (``DEFAULT_ACCUMULATE`` when it promises none) when that is strictly more precise than
-    ``compute_dtype`` (a float32 promise means nothing for float32 or float64 inputs), else None."""
-    from .tolerances import UNIT_ROUNDOFF
-
-    acc = accumulate_dtype or DEFAULT_ACCUMULATE
-    if UNIT_ROUNDOFF[acc] >= UNIT_ROUNDOFF[compute_dtype]:
-        return None
-    return acc
 
 
 class Truth:
@@ -108,29 +91,18 @@ class Truth:
     def references(self, with_dh_T: bool, grads: bool, chunk_size: int | None,
                    arithmetic: dict) -> dict[str, dict[str, np.ndarray]]:
         """The same-precision reference kernels' outputs on this problem ({kernel: {output:
-        value}}, ``glaref._baseline``), those the verdict needs for ``chunk_size``; timed apart
-        like the oracle and cached."""
-        from . import _baseline
-
-        # {role: (kernel, chunk)}: the scan and the 64-step chunked kernel, plus the wide-chunk
-        # one for a kernel of unknown structure; the declared structure alone otherwise
-        if chunk_size == 1:
-            roles = {"scan": ("scan", None)}
-        elif chunk_size is not None:
-            roles = {"chunked": ("chunked", chunk_size)}
-        else:
-            roles = {"scan": ("scan", None), "chunked": ("chunked", _baseline.CHUNK),
-                     "chunked_wide": ("chunked", _baseline.CHUNK_WIDE)}
+        value}}, ``glaref._baseline``), those ``glaref._designs.yardstick(chunk_size)`` calls for;
+        timed apart like the oracle and cached."""
         out = {}
-        for role, (kern, chunk) in roles.items():
-            key = (kern, chunk, with_dh_T, grads,
+        for role, design in yardstick(chunk_size).designs.items():
+            key = (design.kernel, design.chunk, with_dh_T, grads,
                    tuple(sorted(arithmetic.items(), key=lambda kv: kv[0])))
             if key not in self._refs:
                 t0 = time.perf_counter()
                 p = self.p._replace(dh_T=self.p.dh_T if with_dh_T else None)
-                self._refs[key] = _baseline.run(kern, p, self.scale, grads=grads,
-                                                chunk=chunk or _baseline.CHUNK, **arithmetic)
-                name = f"reference_{kern}" + ("_vjp" if grads else "")
+                self._refs[key] = _baseline.run(design.kernel, p, self.scale, grads=grads,
+                                                chunk=design.chunk or _baseline.CHUNK, **arithmetic)
+                name = f"reference_{design.kernel}" + ("_vjp" if grads else "")
                 self.ms[name] = self.ms.get(name, 0.0) + (time.perf_counter() - t0) * 1e3
             out[role] = self._refs[key]
         return out
@@ -148,58 +120,68 @@ class Truth:
         return self.grads(with_dh_T)[GRADS.index(name)]
 
 
+def _claimed(claims: Claims | None, declared: dict) -> Claims:
+    """The claims a kernel is judged with: ``claims`` as the faces resolved them
+    (``Claims.resolved``), or, for tests and tools that judge by hand, the claim keywords
+    (compute_dtype, accumulate_dtype as judged, chunk_size, operand_dtype, dlog_alpha_form)
+    parsed here."""
+    if claims is None:
+        return _claims.parse(**declared)
+    if declared:
+        raise TypeError(f"claims and claim keywords {sorted(declared)} given together, expected "
+                        "one of them")
+    return claims
+
+
 def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, final: bool,
-                  grads: bool, compute_dtype: str, accumulate_dtype: str | None = None,
-                  chunk_size: int | None = None, operand_dtype: str | None = None,
-                  dlog_alpha_form: str | None = None) -> _verdict.Assessment:
+                  grads: bool, claims: Claims | None = None, **declared) -> _verdict.Assessment:
     """The Assessment of one output ``name`` of a kernel: ``x`` its canonical "bhtd" value (any
     float dtype), ``dtype`` the dtype name it was *returned* in (the reference kernels' values are
     rounded to it); other arguments as for :func:`assess_outputs`."""
-    _verdict.check_dlog_alpha_form(dlog_alpha_form)
+    c = _claimed(claims, declared)
+    cdtype = c.compute_dtype or c.dtype
     scales = truth.scales(final, grads)
-    refs = truth.references(final, grads, chunk_size,
-                            _verdict.reference_arithmetic(compute_dtype, accumulate_dtype,
-                                                          operand_dtype))
+    refs = truth.references(final, grads, c.chunk_size,
+                            _verdict.reference_arithmetic(cdtype, c.accumulate_dtype,
+                                                          c.operand_dtype))
     # dlog_alpha is held to the scale of the reverse-cumsum identity (_verdict, decision 3)
     sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
-    key = _verdict.reference_key(name, dlog_alpha_form)
+    key = _verdict.reference_key(name, c.dlog_alpha_form)
     ref_out = {k: _baseline.round_to(v[key], dtype) for k, v in refs.items()}
     # dlog_alpha of an undeclared form: the direct form's references, to say when declaring it
     # would sharpen the verdict
     direct_out = ({k: _baseline.round_to(v["log_alpha_direct"], dtype) for k, v in refs.items()}
-                  if name == "log_alpha" and dlog_alpha_form is None else None)
+                  if name == "log_alpha" and c.dlog_alpha_form is None else None)
     # the proven bound takes scalar gates of one sequence per row: vector gates and packed
     # sequences are presented to it as such (_verdict.budget_view)
     dims, log_alpha = truth.budget_view()
-    proven, proven_acc = compute_dtype, accumulate_dtype
-    if operand_dtype is not None and UNIT_ROUNDOFF[operand_dtype] > UNIT_ROUNDOFF[compute_dtype]:
+    proven, proven_acc = cdtype, c.accumulate_dtype
+    if c.operand_dtype is not None and UNIT_ROUNDOFF[c.operand_dtype] > UNIT_ROUNDOFF[cdtype]:
         # products whose operands are rounded to operand_dtype: the proven bound (and the unit of
         # budget_ulps) of that dtype, accumulating in the compute dtype
-        proven = operand_dtype
-        proven_acc = accumulate_dtype or ("float32" if compute_dtype == "tf32" else compute_dtype)
+        proven = c.operand_dtype
+        proven_acc = c.accumulate_dtype or ("float32" if cdtype == "tf32" else cdtype)
     return _verdict.assess(name, x, truth.reference(name, final), scale=sc,
                            compute_dtype=proven, dims=dims,
                            log_alpha=log_alpha, reference_outputs=ref_out,
-                           chunk_size=chunk_size, accumulate_dtype=proven_acc,
+                           chunk_size=c.chunk_size, accumulate_dtype=proven_acc,
                            returned_dtype=dtype, direct_outputs=direct_out)
 
 
 def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[str, str], *,
-                   final: bool, grads: bool, compute_dtype: str,
-                   accumulate_dtype: str | None = None, chunk_size: int | None = None,
-                   operand_dtype: str | None = None,
-                   dlog_alpha_form: str | None = None) -> dict[str, _verdict.Assessment]:
+                   final: bool, grads: bool, claims: Claims | None = None,
+                   **declared) -> dict[str, _verdict.Assessment]:
     """One Assessment per output the kernel gave (canonical "bhtd" values, any float dtype;
     ``dtypes`` the dtype name each was *returned* in, which the reference kernels' values are
     rounded to). ``final``: the kernel returned h_T (so dh_T was its cotangent); ``grads``: the
-    gradients are among ``outputs``. Outputs missing from ``outputs`` (or None) are not judged.
-    ``dlog_alpha_form``: how the kernel computes dlog_alpha, when known
-    (``_verdict.DLOG_ALPHA_FORMS``; None: unknown, judged as the identity)."""
+    gradients are among ``outputs``. Outputs missing from ``outputs`` (or None), and gradients
+    the claims say the kernel does not provide, are not judged. ``claims``: what the kernel
+    claims, resolved for its compute dtype (``glaref._claims.Claims.resolved``), or instead the
+    claim keywords as judged (``_claimed``)."""
+    c = _claimed(claims, declared)
     return {name: assess_output(truth, name, outputs[name], dtypes.get(name), final=final,
-                                grads=grads, compute_dtype=compute_dtype,
-                                accumulate_dtype=accumulate_dtype, chunk_size=chunk_size,
-                                operand_dtype=operand_dtype, dlog_alpha_form=dlog_alpha_form)
-            for name in OUTPUTS if outputs.get(name) is not None}
+                                grads=grads, claims=c)
+            for name in OUTPUTS if outputs.get(name) is not None and c.judged(name)}
 
 
 def locate_nonfinite(per: dict[str, _verdict.Assessment], canonical: dict[str, np.ndarray],

@@ -84,12 +84,12 @@ def _jitted(fn, cu_seqlens: tuple[int, ...] | None = None):
     reused across problems (JAX caches per shape)."""
     import jax
 
-    from ._audit._engine import _fwd_bwd
+    from ._audit._runners import fwd_bwd_program
 
     key = (id(fn), cu_seqlens)
     if key not in _JITTED:
         kernel = fn if cu_seqlens is None else functools.partial(fn, cu_seqlens=np.asarray(cu_seqlens))
-        _JITTED[key] = (fn, jax.jit(_fwd_bwd(kernel, True)))
+        _JITTED[key] = (fn, jax.jit(fwd_bwd_program(kernel, True)))
     return _JITTED[key][1]
 
 

@@ -75,6 +75,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from . import _metrics
+from ._designs import yardstick
 from ._inputs import OUTPUTS, Dims, Problem
 from .tolerances import UNIT_ROUNDOFF, lookup, tol
 
@@ -294,26 +295,26 @@ def reference_arithmetic(compute_dtype: str, accumulate_dtype: str | None,
 
 def baseline_error(errors: dict[str, float], chunk_size: int | None) -> float:
     """The baseline of one output, from the normwise errors of the reference kernels
-    (``_judge.Truth.references``): {"scan": .., "chunked": .., "chunked_wide": ..}.
+    (``_judge.Truth.references``) by role, which ``glaref._designs.yardstick(chunk_size)`` names.
 
-    A step-by-step kernel (chunk_size 1) is held to the scan; a chunked one (C) to the chunked
-    reference run at C. A kernel of unknown structure may lie anywhere between a step-by-step
-    scan and chunks of CHUNK_WIDE steps; it is held to the 64-step chunked reference (the form
-    production kernels use), widened towards either extreme by the geometric mean where that
-    extreme errs more: max(c, sqrt(c s), sqrt(c w)). On long-memory inputs the scan's sequential
-    accumulation errs several times more than chunks do; on slowly decaying states and under
-    the dlog_alpha identity, wide chunks do (docs/budgets.md, section 8). Each extreme is itself
-    a correct kernel, so the baseline never drops below m / R times its error (m =
+    A kernel is held to its yardstick's ``held_to`` reference: the scan for a step-by-step kernel
+    (chunk_size 1), the chunked reference run at C for a chunked one. A kernel of unknown
+    structure may lie anywhere between a step-by-step scan and chunks of CHUNK_WIDE steps (the
+    yardstick's ``extremes``); it is held to the 64-step chunked reference (the form production
+    kernels use), widened towards either extreme by the geometric mean where that extreme errs
+    more: max(c, sqrt(c s), sqrt(c w)). On long-memory inputs the scan's sequential accumulation
+    errs several times more than chunks do; on slowly decaying states and under the dlog_alpha
+    identity, wide chunks do (docs/budgets.md, section 8). Each extreme is itself a correct
+    kernel, so the baseline never drops below m / R times its error (m =
     ``calibrated_extreme_margin``): where an extreme errs more than (R / m)^2 times the 64-step
     chunks (bfloat16 inputs under near-one gates at T >= 2048, whose products are exact in
     float32 while the scan rounds its state every step), a kernel erring up to m times as much
     as that extreme still passes: max(c, sqrt(c s), sqrt(c w), m s / R, m w / R)."""
-    if chunk_size == 1:
-        return errors["scan"]
-    c = errors["chunked"]
-    if chunk_size is not None:
+    stick = yardstick(chunk_size)
+    c = errors[stick.held_to]
+    if not stick.extremes:
         return c
-    others = [errors[k] for k in ("scan", "chunked_wide")]
+    others = [errors[k] for k in stick.extremes]
     if not all(math.isfinite(x) for x in [c] + others):
         return math.inf
     m_over_R = tol("calibrated_extreme_margin") / tol("calibrated_ratio")
@@ -333,14 +334,16 @@ def looseness_notes(output: str, errors: dict[str, float], chunk_size: int | Non
     R = tol("calibrated_ratio")
     notes = []
     base = max(baseline_error(errors, chunk_size), floor)
-    if chunk_size is None and "chunked" in errors:
-        sharp = max(errors["chunked"], floor)
+    stick = yardstick(chunk_size)
+    if stick.extremes and stick.held_to in errors:
+        held = errors[stick.held_to]
+        sharp = max(held, floor)
         if base > R * sharp:
-            worst = max(("scan", "chunked_wide"), key=lambda k: errors[k])
-            who = "a step-by-step scan" if worst == "scan" else "256-step chunks"
+            worst = max(stick.extremes, key=lambda k: errors[k])
             notes.append(f"{output}: chunk structure unknown, so held to {base / sharp:.3g}x the "
-                         f"64-step chunked reference's error ({who}, a correct kernel, errs "
-                         f"{errors[worst] / errors['chunked']:.3g}x it here); give chunk_size "
+                         f"{stick.designs[stick.held_to].chunk}-step chunked reference's error "
+                         f"({stick.designs[worst].label}, a correct kernel, errs "
+                         f"{errors[worst] / held:.3g}x it here); give chunk_size "
                          "(--chunk-size) for a sharper verdict")
     if direct_errors is not None:
         sharp = max(baseline_error(direct_errors, chunk_size), floor)

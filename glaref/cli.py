@@ -23,6 +23,12 @@ import re
 import sys
 from typing import Sequence
 
+from . import _golden_cli
+from ._audit import _report, audit
+from ._audit._args import split as _split
+from ._audit._presets import CONFIGS, PRESETS, parse_config
+from ._errors import AuditEnvironmentError, AuditUsageError, ClaimError
+
 PROG = "glaref"
 
 # the engine's argument names, as the command line spells them (for its error messages)
@@ -32,7 +38,8 @@ _FLAGS = {"impl": "--impl", "config": "--config", "seq": "--seq", "mode": "--mod
           "accumulate_dtype": "--accumulate-dtype", "dlog_alpha_form": "--dlog-alpha-form",
           "seed": "--seed", "regime": "--regime",
           "preset": "--preset", "oracle_impl": "--oracle", "json_path": "--json",
-          "layout": "--layout", "scale": "--scale"}
+          "layout": "--layout", "scale": "--scale", "gate": "--gate",
+          "cu_seqlens": "--cu-seqlens"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,8 +56,6 @@ class _UsageExit(Exception):
 
 
 def _parser() -> _Parser:
-    from ._audit._presets import CONFIGS, PRESETS
-
     p = _Parser(prog=PROG, description="Float64 ground truth and kernel audit for scalar-gated "
                 "linear attention.")
     sub = p.add_subparsers(dest="command", metavar="command", parser_class=_Parser)
@@ -118,13 +123,16 @@ def _parser() -> _Parser:
                    "exceeded (usage and environment errors still exit 2 and 3)")
     a.add_argument("--no-progress", "--quiet", dest="progress", action="store_false",
                    help="no progress lines on stderr (default: one line per row)")
-    from . import _golden_cli
     _golden_cli.add_parser(sub)
     return p
 
 
-def _err(msg: str) -> None:
-    # an engine message names its argument first ("chunk_size: got 0, ..."): use the flag's name
+def _err(msg: str | Exception) -> None:
+    """A one-line refusal. A claim's error names its argument (``ClaimError.argument``), shown as
+    its flag; the engine's other messages start with the argument's name, likewise replaced."""
+    if isinstance(msg, ClaimError):
+        msg = f"{_FLAGS.get(msg.argument, msg.argument)}: {msg.detail}"
+    msg = str(msg)
     m = re.match(r"(\w+)(?=[: ])", msg)
     if m and m.group(1) in _FLAGS:
         msg = _FLAGS[m.group(1)] + msg[m.end():]
@@ -132,10 +140,6 @@ def _err(msg: str) -> None:
 
 
 def _audit(ns: argparse.Namespace) -> int:
-    from ._audit import _report
-    from ._audit._engine import _split
-    from ._errors import AuditEnvironmentError, AuditUsageError
-
     if ns.plot:
         try:
             _report.check_output(ns.plot, "--plot", _report.PLOT_FORMATS)
@@ -147,8 +151,6 @@ def _audit(ns: argparse.Namespace) -> int:
         except ImportError:
             _err("--plot needs matplotlib, which is not installed (pip install 'glaref[plot]')")
             return 3
-    from ._audit import audit
-
     impls = _split(ns.impl) if ns.impl else None
     configs = ns.config if ns.config else None
     preset_names = None
@@ -163,7 +165,6 @@ def _audit(ns: argparse.Namespace) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     # The table needs column widths before the first row: resolve names cheaply here.
-    from ._audit._presets import PRESETS, parse_config
     try:
         pre = PRESETS[ns.preset]
         names = impls if impls else list(pre.impls)
@@ -192,10 +193,10 @@ def _audit(ns: argparse.Namespace) -> int:
               gate=ns.gate, cu_seqlens=ns.cu_seqlens,
               on_record=keep, progress=progress if ns.progress else None)
     except AuditUsageError as exc:
-        _err(str(exc))
+        _err(exc)
         return 2
     except AuditEnvironmentError as exc:
-        _err(str(exc))
+        _err(exc)
         return 3
     except KeyboardInterrupt:
         where = f"; {ns.json} keeps them" if ns.json else ""
@@ -234,7 +235,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.command == "audit":
         return _audit(ns)
     if ns.command == "oracles":
-        from . import _golden_cli
         return _golden_cli.run(ns)
     parser.print_usage(sys.stderr)
     print(f"{PROG}: error: a command is required (audit or oracles)", file=sys.stderr)

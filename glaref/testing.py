@@ -28,11 +28,32 @@ dtype.
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ._inputs import FORWARD
+from . import _claims, _judge
+from ._audit import _args
+from ._audit._engine import JaxOptions, audit_jax, audit_kernel
+from ._audit._presets import Preset
+from ._claims import Claims
+from ._errors import AuditEnvironmentError, AuditUsageError, ClaimError, DTypeError, ShapeError
+from ._frameworks import FRAMEWORKS, detect_framework, dtype_name, to_host_float64
+from ._inputs import (
+    _KIND,
+    ARRAYS,
+    FORWARD,
+    GRADS,
+    OUTPUTS,
+    canonicalize,
+    check_scale,
+    from_canonical,
+    to_canonical,
+)
+from ._problems import round_to_dtype
+from ._verdict import PRECISIONS
+from .conventions import LOG_ALPHA_BT_SUM
 
 __all__ = ["DEFAULT_CONFIG", "DEFAULT_SEQS", "assert_close_to_oracle", "check_kernel"]
 
@@ -41,6 +62,8 @@ __all__ = ["DEFAULT_CONFIG", "DEFAULT_SEQS", "assert_close_to_oracle", "check_ke
 # common chunk lengths (16, 32, 64 divide 64), so ragged last chunks and chunk hand-overs occur.
 DEFAULT_CONFIG = "1,2,4,16,16"    # B, G, H, dk, dv
 DEFAULT_SEQS = (1, 63, 65)
+# check_kernel's defaults for what it is not given
+_CHECK = Preset((), {}, DEFAULT_SEQS, ("fwd_bwd",), 0)
 
 
 def _figure(x: Any) -> str:
@@ -81,9 +104,6 @@ def _describe(rec: dict[str, Any]) -> str:
 def _framework(kernel: Any, framework: str | None) -> str:
     """The framework ``kernel`` is checked in: ``framework``, or detected from its code; names
     and "module:function" specs are JAX kernels (the audit's)."""
-    from ._audit import AuditUsageError
-    from ._frameworks import FRAMEWORKS, detect_framework
-
     if framework is not None and framework not in FRAMEWORKS:
         raise AuditUsageError(f"framework: got {framework!r}, expected one of {FRAMEWORKS} or None "
                               "(detected from the kernel's code)")
@@ -95,26 +115,34 @@ def _framework(kernel: Any, framework: str | None) -> str:
     return detect_framework(kernel) if framework is None else framework
 
 
-def _run_check(kernel, framework, *, configs, seqs, dtype, regimes, layout, scale, chunk_size,
-               accumulate_dtype, modes, seed, backend, precision, compute_dtype, device,
-               operand_dtype=None, dlog_alpha_form=None, gate="scalar"):
-    """check_kernel's rows: JAX kernels through the audit engine, torch/NumPy ones through
-    ``audit_kernel``."""
-    from ._audit import AuditUsageError
-    from ._audit._engine import audit, audit_kernel
+CLAIM_KEYWORDS = ("dtype", "layout", "compute_dtype", "accumulate_dtype", "operand_dtype",
+                  "chunk_size", "dlog_alpha_form", "decay_form", "gate", "grads", "strict")
 
+
+def parse_claims(claimed: dict[str, Any], function: str, **defaults: Any) -> Claims:
+    """The claim keywords a testing function was given (``_claims.parse``), ``defaults`` where
+    absent; an unknown keyword is a usage error naming it."""
+    unknown = sorted(set(claimed) - set(CLAIM_KEYWORDS))
+    if unknown:
+        raise TypeError(f"{function}() got unexpected keyword argument(s) {unknown}, expected "
+                        f"claims among {CLAIM_KEYWORDS}")
+    return _claims.parse(**{**defaults, **claimed})
+
+
+def _run_check(kernel, framework, rows, claims: Claims, *, backend, precision, device):
+    """check_kernel's rows: JAX kernels through ``audit_jax``, torch/NumPy ones through
+    ``audit_kernel``."""
     fw = _framework(kernel, framework)
     if fw == "jax":
-        for name, value in (("compute_dtype", compute_dtype), ("device", device),
-                            ("operand_dtype", operand_dtype)):
+        for name, value in (("compute_dtype", claims.compute_dtype), ("device", device),
+                            ("operand_dtype", claims.operand_dtype)):
             if value is not None:
                 raise AuditUsageError(f"{name}: got {value!r} for a JAX kernel, expected None (the "
                                       "audit derives the arithmetic from dtype, precision and "
                                       "backend, and places the arrays itself)")
-        return audit([kernel], configs, seqs, modes, dtype=dtype, precision=precision,
-                     backend=backend, layout=layout, scale=scale, repeats=0, seed=seed,
-                     regimes=regimes, chunk_size=chunk_size, accumulate_dtype=accumulate_dtype,
-                     dlog_alpha_form=dlog_alpha_form, gate=gate)
+        _args.choices("precision", precision, PRECISIONS)
+        how = JaxOptions(precision=precision, backend=backend, repeats=0)
+        return audit_jax([kernel], rows, claims, how)
     if backend is not None:
         raise AuditUsageError(f"backend: got {backend!r} for a {fw} kernel, expected None "
                               "(JAX only; a torch kernel's device is device=)")
@@ -122,77 +150,88 @@ def _run_check(kernel, framework, *, configs, seqs, dtype, regimes, layout, scal
         raise AuditUsageError(f"precision: got {precision!r} for a {fw} kernel, expected "
                               "'default' (jax's matmul precision; for TF32 matmuls pass "
                               "compute_dtype='tf32')")
-    records = audit_kernel(kernel, framework=fw, detected=framework is None, configs=configs,
-                           seqs=seqs, modes=modes, dtype=dtype, compute_dtype=compute_dtype,
-                           layout=layout, scale=scale, seed=seed, regimes=regimes,
-                           chunk_size=chunk_size, accumulate_dtype=accumulate_dtype, device=device,
-                           operand_dtype=operand_dtype, dlog_alpha_form=dlog_alpha_form,
-                           gate=gate)
+    records = audit_kernel(kernel, rows, claims, framework=fw, detected=framework is None,
+                           device=device)
     lost = sorted({r["forward_only"] for r in records if r.get("forward_only")})
-    if fw == "torch" and lost and "fwd_bwd" in modes:
+    if fw == "torch" and lost and "fwd_bwd" in rows.modes:
         warnings.warn(f"{records[0]['impl']}: gradients not checked, forward only: "
                       f"{'; '.join(lost)}", stacklevel=3)
     return records
 
 
-def check_kernel(kernel: Callable | str, framework: str | None = None, *, configs=DEFAULT_CONFIG,
-                 seqs=DEFAULT_SEQS, dtype: str = "float32", regimes="standard",
-                 layout: str = "bhtd", scale: float = 1.0, chunk_size: int | None = None,
-                 accumulate_dtype: str | None = None, modes=("fwd_bwd",), seed: int = 0,
+def check_kernel(kernel: Callable | str, *, framework: str | None = None,
+                 configs=DEFAULT_CONFIG, seqs=None, regimes="standard",
+                 modes=("fwd_bwd",), seed: int = 0, scale: float = 1.0, cu_seqlens=None,
                  backend: str | None = None, precision: str = "default",
-                 compute_dtype: str | None = None, device: str | None = None,
-                 operand_dtype: str | None = None, dlog_alpha_form: str | None = None,
-                 gate: str = "scalar") -> list[dict[str, Any]]:
+                 device: str | None = None, **claims: Any) -> list[dict[str, Any]]:
     """Assert that ``kernel`` agrees with the float64 oracle; return the records (one per row,
-    as :func:`glaref._audit.audit` gives them).
+    as :func:`glaref.audit` gives them).
 
-    kernel: a callable ``(q, k, v, log_alpha, h0) -> o | (o, h_T)`` on arrays of its framework
-        in ``layout`` (it receives ``scale`` when its signature takes it, else must apply it
-        itself), or, for JAX, a built-in name ("chunked", "scan") or "package.module:function".
-    framework: "jax", "torch", "numpy", or None to detect it from the kernel's code
-        (``glaref._frameworks.detect_framework``). JAX kernels go through the audit engine
-        (``glaref.audit``, jit, gradients by ``jax.vjp``); torch and NumPy kernels are run by
-        ``glaref._frameworks.run_kernel`` on the same problems and judged by the same verdict,
-        gradients through ``torch.autograd``. A kernel that is not differentiable (any NumPy
-        kernel; a torch kernel whose outputs do not require grad) is checked forward only: its
-        rows are mode "fwd" with ``forward_only`` giving the reason (a warning says so for torch).
-    chunk_size: the kernel's chunk length (1 for a step-by-step scan); None (unknown) judges it
-        between the two extremes. accumulate_dtype: what a 16-bit kernel accumulates in (None:
-        float32). dlog_alpha_form: how the kernel computes dlog_alpha, "identity" (the reverse
-        cumsum of q.dq - k.dk, flash-linear-attention's chunk kernels) or "direct" (a scan,
-        autodiff); None (unknown) judges it as the identity, which errs up to ~40x more under
-        strong decay, so "direct" gives a sharper dlog_alpha check. gate: "scalar" (log_alpha
-        (B, H, T)) or "vector" (GLA's per-key-dimension gates, log_alpha (B, H, T, dk); the
-        kernel returns dlog_alpha of that shape). configs, seqs, regimes, dtype, modes, seed:
-        the engine's; they default to a few seconds' worth of small cases on a CPU.
-    backend, precision: JAX only (the device platform; jax's matmul precision, which makes
-        float32 "tf32" on an NVIDIA GPU). device, compute_dtype: torch and NumPy only (where
-        torch puts the inputs, "cpu" or "cuda"; the arithmetic the errors are measured in, by
-        default ``dtype``: "tf32" for a float32 kernel whose matmuls run as TF32, e.g. a Triton
-        kernel's ``tl.dot``). operand_dtype: torch and NumPy only, the format a kernel rounds
-        its matrix products' operands to beyond its inputs' dtype (e.g. "bfloat16" for a
-        bfloat16 Triton kernel that casts its float32 states and scores to bfloat16 before each
-        ``tl.dot``, as flash-linear-attention's do); the reference kernels then round theirs
-        alike. None: operands kept in the compute dtype.
+    Parameters
+    ----------
+    kernel : callable or str
+        ``(q, k, v, log_alpha, h0) -> o | (o, h_T)`` on arrays of its framework in its layout (it
+        receives ``scale`` when its signature takes it, else must apply it itself), or, for JAX, a
+        built-in name ("chunked", "scan") or "package.module:function".
+    framework : {"jax", "torch", "numpy"} or None
+        None detects it from the kernel's code (``glaref._frameworks.detect_framework``). JAX
+        kernels are compiled by the audit engine (gradients by ``jax.vjp``); torch and NumPy
+        kernels are run by ``glaref._frameworks.run_kernel`` on the same problems and judged by
+        the same verdict, gradients through ``torch.autograd``. A kernel that is not
+        differentiable (any NumPy kernel; a torch kernel whose outputs do not require grad) is
+        checked forward only: its rows are mode "fwd" with ``forward_only`` giving the reason (a
+        warning says so for torch).
+    configs, seqs, regimes, modes, seed, scale
+        The rows, as ``glaref.audit``'s; by default a few seconds' worth of small cases on a CPU
+        (seqs None: ``DEFAULT_SEQS``, or the T that explicit ``cu_seqlens`` offsets fix).
+    cu_seqlens : str or sequence of int, optional
+        Packed sequences, as ``glaref.audit``'s ("0,5,5,40" or "random:N"); the kernel receives
+        the offsets as the keyword ``cu_seqlens=`` (a NumPy int64 array; for torch a tensor).
+    backend, precision : str, optional
+        JAX only: the device platform, and jax's matmul precision (which makes float32 "tf32" on
+        an NVIDIA GPU).
+    device : str, optional
+        torch only: where the inputs go, "cpu" (default) or "cuda".
+    **claims
+        What the kernel claims (``glaref._claims.Claims``): dtype (default "float32"), layout
+        ("bhtd"), chunk_size (1 for a step-by-step scan; None, unknown, judges it between the
+        extremes), accumulate_dtype (what a 16-bit kernel accumulates in; None: float32),
+        dlog_alpha_form ("identity", the reverse cumsum of q.dq - k.dk of flash-linear-attention's
+        chunk kernels, or "direct", a scan or autodiff; None, unknown, judges it as the identity,
+        which errs up to ~40x more under strong decay), decay_form, gate ("scalar" or "vector":
+        GLA's per-key-dimension log_alpha (B, H, T, dk)), grads (the gradients it provides), and
+        for torch and NumPy kernels compute_dtype (default ``dtype``; "tf32" for float32 matmuls
+        run as TF32, e.g. a Triton ``tl.dot``) and operand_dtype (the format it rounds its matmul
+        operands to beyond ``dtype``, e.g. "bfloat16" for FLA's bfloat16 Triton kernels).
 
-    Raises AssertionError naming every failing row and output with its figures. A kernel that
-    raises (SystemExit included), or returns the wrong structure or a non-float dtype, fails too
-    (the message gives the reason): the caller asked for this kernel to be checked. Bad arguments
-    raise ``glaref.AuditUsageError`` (a ValueError) with a one-line message; missing jax
-    for a JAX kernel, or rows glaref declines for lack of memory, ``AuditEnvironmentError``.
+    Returns
+    -------
+    list of dict
+        One record per row.
+
+    Raises
+    ------
+    AssertionError
+        Naming every failing row and output with its figures. A kernel that raises (SystemExit
+        included), or returns the wrong structure or a non-float dtype, fails too: the caller
+        asked for this kernel to be checked; when it raised, the headline says so and the
+        exception's traceback is the ``__cause__``.
+    glaref.AuditUsageError
+        Bad arguments (``glaref.ClaimError`` for a bad claim), with a one-line message.
+    glaref.AuditEnvironmentError
+        jax missing for a JAX kernel, or rows glaref declines for lack of memory.
     """
     __tracebackhide__ = True
-    from ._audit import AuditEnvironmentError, AuditUsageError
-
     try:
-        records = _run_check(kernel, framework, configs=configs, seqs=seqs, dtype=dtype,
-                             regimes=regimes, layout=layout, scale=scale, chunk_size=chunk_size,
-                             accumulate_dtype=accumulate_dtype, modes=modes, seed=seed,
-                             backend=backend, precision=precision, compute_dtype=compute_dtype,
-                             device=device, operand_dtype=operand_dtype,
-                             dlog_alpha_form=dlog_alpha_form, gate=gate)
-    except (AuditUsageError, AuditEnvironmentError) as exc:
+        parsed = parse_claims(claims, "check_kernel")
+        rows = _args.rows(_CHECK, configs=configs, seqs=seqs, modes=modes,
+                          regimes=regimes, seed=seed, scale=scale, cu_seqlens=cu_seqlens)
+        records = _run_check(kernel, framework, rows, parsed, backend=backend,
+                             precision=precision, device=device)
+    except ClaimError as exc:
         # raised afresh from here, so that a test report shows this one line, not the engine
+        raise ClaimError(exc.argument, exc.detail) from None
+    except (AuditUsageError, AuditEnvironmentError) as exc:
         raise type(exc)(str(exc)) from None
     bad = [r for r in records if r.get("ok") is False]
     declined = [r for r in records if r.get("ok") is None]
@@ -202,31 +241,35 @@ def check_kernel(kernel: Callable | str, framework: str | None = None, *, config
             + "; ".join(f"{r['mode']} config {r['config']} T={r['seq']}: {r['skipped']}"
                         for r in declined))
     if bad:
-        rows = "\n".join(_describe(r) for r in bad)
-        raise AssertionError(
-            f"kernel disagrees with the glaref oracle on {len(bad)} of {len(records)} rows "
-            f"(dtype {dtype}, compute dtype {bad[0].get('compute_dtype')}, "
+        rows_text = "\n".join(_describe(r) for r in bad)
+        raised = [r for r in bad if r.get("traceback")]
+        what = ("kernel raised" if raised and len(raised) == len(bad) else
+                "kernel disagrees with the glaref oracle")
+        exc = AssertionError(
+            f"{what} on {len(bad)} of {len(records)} rows "
+            f"(dtype {parsed.dtype}, compute dtype {bad[0].get('compute_dtype')}, "
             f"chunk_size={bad[0].get('chunk_size')}; calibrated tier: normwise error against "
             f"glaref's same-precision reference kernels on the same inputs; proven tier: "
             f"budget_ulps, error in units of u x the element's sum of |terms|, against the "
-            f"worst case of any correct kernel):\n{rows}")
+            f"worst case of any correct kernel):\n{rows_text}")
+        if raised:
+            raise exc from KernelRaised(raised[0]["traceback"])
+        raise exc
     return records
+
+
+class KernelRaised(Exception):
+    """The exception a checked kernel raised, as its traceback (the kernel's frames; glaref's
+    trimmed): the ``__cause__`` of ``check_kernel``'s AssertionError."""
+
+    def __str__(self) -> str:
+        return "the kernel raised:\n" + self.args[0].rstrip()
 
 
 # ---------------------------------------------------------------- outputs computed anywhere
 
-_INPUT_KEYS = ("q", "k", "v", "log_alpha", "h0", "do", "dh_T", "scale", "layout", "dtype")
-
-
-def _dtype_arg(x: Any, name: str) -> str:
-    """A dtype given by name or as a numpy/torch/JAX dtype, as its name."""
-    from ._errors import DTypeError
-    from ._verdict import COMPUTE_DTYPES
-
-    text = x if isinstance(x, str) else getattr(x, "name", None) or str(x).rsplit(".", 1)[-1]
-    if not isinstance(text, str) or text not in COMPUTE_DTYPES:
-        raise DTypeError(f"{name}: got {x!r}, expected one of {COMPUTE_DTYPES}")
-    return text
+_ARRAY_KEYS = ("q", "k", "v", "log_alpha", "h0", "do", "dh_T", "scale")
+_INPUT_KEYS = _ARRAY_KEYS + ("layout", "dtype")
 
 
 def _gather_inputs(inputs: Mapping[str, Any] | None, keywords: dict[str, Any]) -> dict[str, Any]:
@@ -254,24 +297,17 @@ def _gather_inputs(inputs: Mapping[str, Any] | None, keywords: dict[str, Any]) -
     return out
 
 
-def _received(args: dict[str, Any]):
-    """(Problem, dtype, layout, scale): the canonical float64 problem the kernel received,
-    checked: shapes (``glaref._inputs.canonicalize``), and q, k, v exactly values of the dtype
-    (nothing is rounded here: the oracle must see what the kernel saw)."""
-    from ._errors import DTypeError
-    from ._frameworks import dtype_name, to_host_float64
-    from ._inputs import ARRAYS, canonicalize, check_layout, check_scale
-    from ._problems import DTYPES, round_to_dtype
-
-    layout = check_layout(args.get("layout") or "bhtd")
-    dtype = args.get("dtype")
-    dtype = dtype_name(args["q"]) if dtype is None else _dtype_arg(dtype, "dtype")
-    if dtype not in DTYPES:
-        raise DTypeError(f"dtype: got {dtype!r}, expected the dtype the kernel received, one of "
-                         f"{DTYPES}")
+def _received(args: dict[str, Any], claimed: dict[str, Any]):
+    """(Problem, Claims, scale): the canonical float64 problem the kernel received, checked:
+    shapes (``glaref._inputs.canonicalize``), and q, k, v exactly values of the claimed dtype
+    (nothing is rounded here: the oracle must see what the kernel saw); and the kernel's claims
+    (layout and dtype from the inputs unless claimed; the gate kind from log_alpha's rank)."""
+    claims = parse_claims(claimed, "assert_close_to_oracle", layout=args.get("layout") or "bhtd",
+                          dtype=args.get("dtype") or dtype_name(args["q"]))
     scale = 1.0 if args.get("scale") is None else check_scale(args["scale"])
     arrays = {n: None if args.get(n) is None else to_host_float64(args[n], n) for n in ARRAYS}
-    p = canonicalize(*(arrays[n] for n in ARRAYS), layout=layout)
+    p = canonicalize(*(arrays[n] for n in ARRAYS), layout=claims.layout)
+    dtype = claims.dtype
     for n in ("q", "k", "v"):
         x = getattr(p, n)
         r = round_to_dtype(x, dtype)
@@ -281,16 +317,12 @@ def _received(args: dict[str, Any]):
                 f"{n}: got {float(x[i])!r} at {i} (canonical \"bhtd\" index), which is not a {dtype} "
                 f"number, expected exactly the {dtype} values the kernel received (glaref rounds "
                 f"nothing: pass the tensors the kernel was given, or the dtype it received)")
-    return p, dtype, layout, scale
+    return p, replace(claims, gate="vector" if p.vector_gate else "scalar"), scale
 
 
 def _judged_values(actual: Mapping[str, Any], p, layout: str):
     """(values, dtypes, skipped, unjudged): the outputs the caller computed as canonical float64
     arrays, the dtype each was returned in, the names not computed, extra results not judged."""
-    from ._errors import ShapeError
-    from ._frameworks import dtype_name, to_host_float64
-    from ._inputs import _KIND, OUTPUTS, to_canonical
-    from .conventions import LOG_ALPHA_BT_SUM
 
     if not isinstance(actual, Mapping):
         raise TypeError(f"actual: got {type(actual).__name__}, expected a mapping of glaref's "
@@ -325,7 +357,7 @@ def _judged_values(actual: Mapping[str, Any], p, layout: str):
             raise ShapeError(f"actual[{name!r}]: got shape {a.shape}, expected {spelled} (the "
                              f"shape of {label} for these inputs, layout {layout})")
         values[name] = to_canonical(a, _KIND[name], layout)
-        dtypes[name] = _dtype_arg(given_dtypes[name], f"actual['dtypes'][{name!r}]") \
+        dtypes[name] = _claims.dtype_name(given_dtypes[name], f"actual['dtypes'][{name!r}]") \
             if name in given_dtypes else dtype_name(x)
     if not values:
         raise ValueError(f"actual: got no output (every value None or missing), expected at least "
@@ -336,8 +368,6 @@ def _judged_values(actual: Mapping[str, Any], p, layout: str):
 
 def _worst_at(x: np.ndarray, ref: np.ndarray, kind: str, layout: str) -> tuple[int, ...] | None:
     """Index of the largest |x - ref| in the caller's layout (None for an empty array)."""
-    from ._inputs import from_canonical
-
     if x.size == 0:
         return None
     with np.errstate(invalid="ignore"):
@@ -370,13 +400,7 @@ def _table(per, worst: dict, skipped: list[str], unjudged: list[str]) -> str:
 
 
 def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] | None = None, *,
-                           q=None, k=None, v=None, log_alpha=None, h0=None, do=None, dh_T=None,
-                           scale: float | None = None, layout: str | None = None,
-                           dtype: Any = None, compute_dtype: str | None = None,
-                           accumulate_dtype: str | None = None, chunk_size: int | None = None,
-                           oracle_impl: str | None = None,
-                           operand_dtype: str | None = None,
-                           dlog_alpha_form: str | None = None) -> dict[str, Any]:
+                           oracle_impl: str | None = None, **given: Any) -> dict[str, Any]:
     """Assert that a kernel's outputs and gradients, computed anywhere, agree with the float64
     oracle on the inputs the kernel received; return the figures (one
     ``glaref._verdict.Assessment`` per judged output: rel_err, ratio, budget_ulps, bound, ...).
@@ -421,54 +445,33 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
     dlog_alpha then has log_alpha's shape.
     """
     __tracebackhide__ = True
-    from . import _judge
-    from ._audit._engine import _default_oracle
-    from ._inputs import _KIND, GRADS
-
-    args = _gather_inputs(inputs, {"q": q, "k": k, "v": v, "log_alpha": log_alpha, "h0": h0,
-                                   "do": do, "dh_T": dh_T, "scale": scale, "layout": layout,
-                                   "dtype": dtype})
-    p, dt, lay, sc = _received(args)
-    values, dtypes, skipped, unjudged = _judged_values(actual, p, lay)
+    args = _gather_inputs(inputs, {k: given.pop(k) for k in _INPUT_KEYS if k in given})
+    p, claims, sc = _received(args, given)
+    values, dtypes, skipped, unjudged = _judged_values(actual, p, claims.layout)
     grads = [n for n in values if n in GRADS]
     if grads and p.do is None:
         raise ValueError(f"inputs: got no do, expected the cotangent of o that produced the "
                          f"gradients {grads} (and dh_T, that of h_T, if there was one)")
-    cdtype = dt if compute_dtype is None else _dtype_arg(compute_dtype, "compute_dtype")
-    if accumulate_dtype is not None:
-        from .tolerances import UNIT_ROUNDOFF
-        acc_name = _dtype_arg(accumulate_dtype, "accumulate_dtype")
-        if UNIT_ROUNDOFF[acc_name] > UNIT_ROUNDOFF[cdtype]:
-            raise ValueError(f"accumulate_dtype: got {accumulate_dtype!r}, expected a format at "
-                             f"least as precise as the compute dtype {cdtype!r}")
-        accumulate_dtype = acc_name
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)
-                                   or chunk_size < 1):
-        raise ValueError(f"chunk_size: got {chunk_size!r}, expected a positive integer or None")
-    if operand_dtype is not None:
-        operand_dtype = _dtype_arg(operand_dtype, "operand_dtype")
-    from ._verdict import check_dlog_alpha_form
-    check_dlog_alpha_form(dlog_alpha_form)
-    oracle = oracle_impl or _default_oracle()
-    if oracle not in ("numba", "numpy"):
+    oracle = oracle_impl or _args.default_oracle()
+    if oracle not in _args.ORACLES:
         raise ValueError(f"oracle_impl: got {oracle!r}, expected 'numba', 'numpy' or None")
-    acc = _judge.accumulate_for(accumulate_dtype, cdtype)
+    c = claims.resolved(claims.compute_dtype or claims.dtype)
     truth = _judge.Truth(p, sc, oracle)
     final = p.dh_T is not None
-    per = _judge.assess_outputs(truth, values, dtypes, final=final, grads=bool(grads),
-                                compute_dtype=cdtype, accumulate_dtype=acc, chunk_size=chunk_size,
-                                operand_dtype=operand_dtype, dlog_alpha_form=dlog_alpha_form)
-    _judge.locate_nonfinite(per, values, lay)
+    per = _judge.assess_outputs(truth, values, dtypes, final=final, grads=bool(grads), claims=c)
+    _judge.locate_nonfinite(per, values, c.layout)
     bad = [a for a in per.values() if not a.ok]
     if bad:
-        worst = {n: _worst_at(values[n], truth.reference(n, final), _KIND[n], lay) for n in per}
+        worst = {n: _worst_at(values[n], truth.reference(n, final), _KIND[n], c.layout)
+                 for n in per}
         d = p.dims
         exc = AssertionError(
             f"kernel outputs disagree with the glaref oracle on {len(bad)} of {len(per)} judged "
-            f"outputs (dtype {dt}, compute dtype {cdtype}, accumulate_dtype {acc}, operand_dtype "
-            f"{operand_dtype}, chunk_size={chunk_size}, dlog_alpha_form={dlog_alpha_form}; "
+            f"outputs (dtype {c.dtype}, compute dtype {c.compute_dtype}, accumulate_dtype "
+            f"{c.accumulate_dtype}, operand_dtype {c.operand_dtype}, chunk_size={c.chunk_size}, "
+            f"dlog_alpha_form={c.dlog_alpha_form}; "
             f"B={d.B} G={d.G} H={d.H} T={d.T} dk={d.dk} dv={d.dv}, scale {sc:.6g}, "
-            f"layout {lay}):\n{_table(per, worst, skipped, unjudged)}\n"
+            f"layout {c.layout}):\n{_table(per, worst, skipped, unjudged)}\n"
             + "\n".join(f"  {a.reason}" for a in bad)
             + "\n(x_ref: normwise error over that of glaref's same-precision reference kernels "
               "on the same inputs, the calibrated tier, failing above allowed; budget_ulps: max "

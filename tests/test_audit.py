@@ -512,7 +512,7 @@ def test_a_kernel_whose_backward_raises_fails_its_row_and_check_kernel_agrees():
     from glaref.testing import check_kernel
 
     with pytest.raises(AssertionError, match="NotImplementedError: backward not written yet"):
-        check_kernel(ak.no_backward_kernel, "jax", configs=TINY, seqs=[9])
+        check_kernel(ak.no_backward_kernel, framework="jax", configs=TINY, seqs=[9])
 
 
 def test_a_row_without_a_finite_bound_is_decided_by_the_reference_kernels():

@@ -179,9 +179,9 @@ def test_a_kernel_calling_sys_exit_fails_instead_of_exiting(tmp_path):
     # as a JAX kernel (the audit engine) and as a NumPy one (glaref._frameworks)
     with pytest.raises(AssertionError,
                        match=r"kernel not measured: kernel raised SystemExit \(sys.exit\(7\)\)"):
-        check_kernel(ak.exiting_kernel, "jax", seqs=[5], modes=["fwd"])
+        check_kernel(ak.exiting_kernel, framework="jax", seqs=[5], modes=["fwd"])
     with pytest.raises(AssertionError, match=r"kernel not measured: SystemExit: 7"):
-        check_kernel(ak.exiting_kernel, "numpy", seqs=[5], modes=["fwd"])
+        check_kernel(ak.exiting_kernel, framework="numpy", seqs=[5], modes=["fwd"])
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(7)\n")
     from glaref._audit import AuditUsageError
     with pytest.raises(AuditUsageError, match=r"failed: it called sys.exit\(7\)$"):

@@ -78,7 +78,7 @@ def _kernel(impl: str, chunk_size: int, checkpoint_every):
 
 
 def _fwd_bwd(f):
-    from glaref._audit._engine import _fwd_bwd as fwd_bwd
+    from glaref._audit._runners import fwd_bwd_program as fwd_bwd
     return fwd_bwd(f, final=True)
 
 

@@ -35,10 +35,12 @@ import importlib.util
 import inspect
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
+from .._claims import Claims
 from .._errors import AuditEnvironmentError, AuditUsageError
+from .._frameworks import accepts
 from ._presets import BUILTIN_IMPLS
 
 
@@ -46,20 +48,8 @@ from ._presets import BUILTIN_IMPLS
 class Subject:
     name: str            # the "impl" of the records
     fn: Callable         # (q, k, v, log_alpha, h0) -> o | (o, h_T), arrays in the audit's layout
-    chunk_size: int | None = None   # the kernel's chunk length (1: step by step; None: unknown)
-    # the dtype the kernel promises to accumulate and carry states in when its inputs are narrower
-    # (glaref._verdict, decision 5); None: every operation may round to the compute dtype
-    accumulate_dtype: str | None = None
-    # how it computes dlog_alpha (glaref._verdict.DLOG_ALPHA_FORMS); None: unknown
-    dlog_alpha_form: str | None = None
-
-
-def _accepts(fn: Callable, name: str) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    claims: Claims       # what the verdict knows of it (glaref._claims): the caller's, or a
+    #                      built-in kernel's own chunk size, accumulate dtype and forms
 
 
 def _precision_arg(precision: str):
@@ -69,19 +59,20 @@ def _precision_arg(precision: str):
     return getattr(jax.lax.Precision, precision.upper())
 
 
-def _builtin(name: str, layout: str, precision: str, scale: float, gate: str) -> Subject:
+def _builtin(name: str, claims: Claims, precision: str, scale: float) -> Subject:
     try:
         from .. import kernels
     except ImportError as exc:
         raise AuditEnvironmentError(f"impl {name!r}: the built-in kernels could not be imported "
                                     f"({exc}); pip install 'glaref[jax]'") from None
     fn = getattr(kernels, name)
-    kw = {"layout": layout, "precision": _precision_arg(precision), "return_final_state": True,
-          "scale": scale}
+    kw = {"layout": claims.layout, "precision": _precision_arg(precision),
+          "return_final_state": True, "scale": scale}
     chunk = inspect.signature(fn).parameters.get("chunk_size")
-    chunk_size = chunk.default if chunk is not None else 1
-    return Subject(name, functools.partial(fn, **kw), chunk_size, "float32",
-                   kernels.dlog_alpha_form(name, gate))
+    own = claims.design(chunk_size=chunk.default if chunk is not None else 1,
+                        accumulate_dtype="float32", decay_form="segment_sums",
+                        dlog_alpha_form=kernels.dlog_alpha_form(name, claims.gate))
+    return Subject(name, functools.partial(fn, **kw), own)
 
 
 def _load_file(path: str):
@@ -118,8 +109,14 @@ def _raised(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _user(spec: str, layout: str, scale: float, chunk_size: int | None,
-          accumulate_dtype: str | None, dlog_alpha_form: str | None) -> Subject:
+def _defined(module) -> str:
+    """What a module defines that could be a kernel: its public callables, for a message."""
+    names = sorted(n for n, x in vars(module).items() if callable(x) and not n.startswith("_")
+                   and getattr(x, "__module__", None) == module.__name__)
+    return ", ".join(names[:20]) + (", ..." if len(names) > 20 else "") if names else "none"
+
+
+def _user(spec: str, claims: Claims, scale: float) -> Subject:
     if ":" not in spec:
         raise AuditUsageError(f"impl: got {spec!r}, expected one of {BUILTIN_IMPLS}, "
                               "package.module:function or path/to/file.py:function")
@@ -138,41 +135,56 @@ def _user(spec: str, layout: str, scale: float, chunk_size: int | None,
     try:
         fn = getattr(module, func)
     except AttributeError:
-        raise AuditUsageError(f"impl: module {target!r} has no attribute {func!r}") from None
+        raise AuditUsageError(f"impl: module {target!r} has no attribute {func!r}; the callables "
+                              f"it defines: {_defined(module)}") from None
     if not callable(fn):
         raise AuditUsageError(f"impl: {spec!r} names {fn!r:.60} (type {type(fn).__name__}), "
                               "expected a callable")
-    if _accepts(fn, "scale"):
+    if accepts(fn, "scale"):
         fn = functools.partial(fn, scale=scale)
-    return Subject(spec, fn, chunk_size, accumulate_dtype, dlog_alpha_form)
+    return Subject(spec, fn, claims)
 
 
-def resolve(impl, *, layout: str, precision: str, scale: float, chunk_size: int | None = None,
-            accumulate_dtype: str | None = None, dlog_alpha_form: str | None = None,
-            gate: str = "scalar", packed: bool = False) -> Subject:
-    """A Subject from a built-in name, a 'module:function' / 'file.py:function' spec or a callable.
-    ``chunk_size``, ``accumulate_dtype`` and ``dlog_alpha_form`` describe user kernels (built-ins
-    carry their own, which for dlog_alpha_form depends on the ``gate`` kind).
-    ``packed``: the audit runs packed sequences, so the kernel must take ``cu_seqlens``."""
-    subject = _resolve(impl, layout=layout, precision=precision, scale=scale,
-                       chunk_size=chunk_size, accumulate_dtype=accumulate_dtype,
-                       dlog_alpha_form=dlog_alpha_form, gate=gate)
-    if packed and not _accepts(subject.fn, "cu_seqlens"):
-        raise AuditUsageError(f"impl {subject.name!r}: packed sequences are given to a kernel as "
-                              "the keyword cu_seqlens=, which its signature does not take")
+def resolve(impl, *, claims: Claims, compute_dtype: str, precision: str, scale: float,
+            packed: bool = False) -> Subject:
+    """A JAX Subject from a built-in name, a 'module:function' / 'file.py:function' spec or a
+    callable, judged with the caller's ``claims`` (a built-in kernel completes them with its own
+    chunk size, accumulate dtype and forms, which for dlog_alpha_form depend on the gate kind),
+    resolved at ``compute_dtype`` (``Claims.resolved``). ``packed``: the audit runs packed
+    sequences, so the kernel must take ``cu_seqlens``."""
+    subject = _resolve(impl, claims, precision, scale)
+    _check_packed(subject, packed)
+    return replace(subject, claims=subject.claims.resolved(compute_dtype))
+
+
+def framework_subject(kernel: Callable, claims: Claims, *, packed: bool) -> Subject:
+    """A torch or NumPy kernel as a Subject (``glaref._frameworks.run_kernel`` passes it the
+    scale), judged with ``claims`` resolved at their compute dtype (None: the inputs' dtype)."""
+    subject = Subject(kernel_name(kernel), kernel, claims.resolved(claims.compute_dtype or
+                                                                   claims.dtype))
+    _check_packed(subject, packed)
     return subject
 
 
-def _resolve(impl, *, layout: str, precision: str, scale: float, chunk_size: int | None,
-             accumulate_dtype: str | None, dlog_alpha_form: str | None, gate: str) -> Subject:
+def _check_packed(subject: Subject, packed: bool) -> None:
+    if packed and not accepts(subject.fn, "cu_seqlens"):
+        raise AuditUsageError(f"impl {subject.name!r}: packed sequences are given to a kernel as "
+                              "the keyword cu_seqlens=, which its signature does not take")
+
+
+def kernel_name(kernel) -> str:
+    """How records name a callable kernel."""
+    return getattr(kernel, "__qualname__", None) or getattr(kernel, "__name__", None) or repr(kernel)
+
+
+def _resolve(impl, claims: Claims, precision: str, scale: float) -> Subject:
     if isinstance(impl, Subject):
         return impl
     if callable(impl):
-        fn = functools.partial(impl, scale=scale) if _accepts(impl, "scale") else impl
-        name = getattr(impl, "__qualname__", None) or getattr(impl, "__name__", None) or repr(impl)
-        return Subject(name, fn, chunk_size, accumulate_dtype, dlog_alpha_form)
+        fn = functools.partial(impl, scale=scale) if accepts(impl, "scale") else impl
+        return Subject(kernel_name(impl), fn, claims)
     if not isinstance(impl, str) or not impl:
         raise AuditUsageError(f"impl: got {impl!r}, expected a kernel name, spec or callable")
     if impl in BUILTIN_IMPLS:
-        return _builtin(impl, layout, precision, scale, gate)
-    return _user(impl, layout, scale, chunk_size, accumulate_dtype, dlog_alpha_form)
+        return _builtin(impl, claims, precision, scale)
+    return _user(impl, claims, scale)

@@ -1,0 +1,236 @@
+"""The audit's own arguments checked once, at the face (usage errors naming the argument).
+
+A kernel's claims (layout, dtypes, chunk size, forms, gate kind) are ``glaref._claims.parse``'s;
+here are the rest: which rows (configs, sequence lengths, modes, regimes, packed sequences, seed),
+how they are measured (preset, repeats, precision, oracle) and what :func:`header` writes of them.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, replace
+from typing import Any, Iterable
+
+import numpy as np
+
+from .. import _problems
+from .. import regimes as _regimes
+from .._errors import AuditUsageError, GlarefError
+from .._inputs import Dims, check_cu_seqlens, check_scale
+from ._presets import MODES, PRESETS, Preset, check_config, config_name, parse_config
+
+__all__ = ["Rows", "check_preset", "choices", "default_oracle", "integer", "rows", "split"]
+
+RANDOM_PACKING = "random:"
+ORACLES = ("numba", "numpy")
+
+
+def default_oracle() -> str:
+    """The oracle used when none is named: Numba's when it is installed, else NumPy's."""
+    try:
+        import numba  # noqa: F401  (the lazy numba boundary)
+
+        from .. import _numba  # noqa: F401
+    except ImportError:
+        return "numpy"
+    return "numba"
+
+
+def split(x) -> list:
+    """A comma-separated string, a callable, an iterable or one value, as a list."""
+    if x is None:
+        return []
+    if isinstance(x, str):
+        return [p.strip() for p in x.split(",") if p.strip()]
+    if callable(x):
+        return [x]
+    try:
+        return list(x)
+    except TypeError:       # a single non-iterable value: checked (and refused) by the caller
+        return [x]
+
+
+def integer(name: str, x, low: int) -> int:
+    """An integer argument (int, numpy int or a string of digits; never a bool or a float, which
+    would be truncated) that is at least ``low``."""
+    if isinstance(x, str):
+        try:
+            t = int(x.strip())
+        except ValueError:
+            t = None
+    elif isinstance(x, (bool, np.bool_)):
+        t = None
+    else:
+        try:
+            t = operator.index(x)
+        except TypeError:
+            t = None
+    what = "a positive integer" if low == 1 else f"an integer >= {low}"
+    if t is None:
+        raise AuditUsageError(f"{name}: got {x!r} ({type(x).__name__}), expected {what}")
+    if t < low:
+        raise AuditUsageError(f"{name}: got {t}, expected {what}")
+    return t
+
+
+def choices(name: str, values, allowed: Iterable[str]) -> list[str]:
+    allowed = tuple(allowed)
+    vals = split(values)
+    for v in vals:
+        if v not in allowed:
+            raise AuditUsageError(f"{name}: got {v!r}, expected one of {allowed}")
+    if not vals:
+        raise AuditUsageError(f"{name}: got nothing, expected one of {allowed}")
+    return vals
+
+
+def check_preset(preset) -> Preset:
+    if not isinstance(preset, str) or preset not in PRESETS:
+        raise AuditUsageError(f"preset: got {preset!r}, expected one of {sorted(PRESETS)}")
+    return PRESETS[preset]
+
+
+def _configs(configs, preset_configs) -> dict[str, tuple[int, ...]]:
+    if configs is None:
+        return dict(preset_configs)
+    if isinstance(configs, str):
+        out = parse_config(configs)
+    elif isinstance(configs, dict):
+        out = {str(k): check_config(str(k), v) for k, v in configs.items()}
+    else:
+        try:
+            items = list(configs)
+        except TypeError:
+            raise AuditUsageError(f"config: got {configs!r}, expected config names, 'B,G,H,dk,dv' "
+                                  "strings or {name: (B, G, H, dk, dv)}") from None
+        out = {}
+        for c in items:
+            if isinstance(c, str):
+                out.update(parse_config(c))
+            else:
+                c = check_config(repr(c), c)
+                out[config_name(c)] = c
+    if not out:
+        # zero rows would pass vacuously
+        raise AuditUsageError(f"config: got {configs!r}, expected at least one config")
+    return out
+
+
+def _seqs(seqs, preset_seqs) -> list[int]:
+    if seqs is None:
+        return list(preset_seqs)
+    if isinstance(seqs, str):
+        vals = split(seqs)
+    else:
+        try:
+            vals = list(seqs)
+        except TypeError:
+            vals = [seqs]
+    out = [integer("seq", s, 1) for s in vals]
+    if not out:
+        raise AuditUsageError(f"seq: got {seqs!r}, expected at least one sequence length")
+    return out
+
+
+def _packing(cu_seqlens) -> np.ndarray | int | None:
+    """None (one sequence per batch row), explicit offsets (an int64 array, validated) or the
+    number N of random-length sequences ("random:N")."""
+    if cu_seqlens is None:
+        return None
+    if isinstance(cu_seqlens, str):
+        text = cu_seqlens.strip()
+        if text.startswith(RANDOM_PACKING):
+            n = text[len(RANDOM_PACKING):]
+            if not n.isdigit() or int(n) < 1:
+                raise AuditUsageError(f"cu_seqlens: got {cu_seqlens!r}, expected 'random:N' with "
+                                      "N >= 1 sequences, or offsets such as '0,5,5,40'")
+            return int(n)
+        parts = [x.strip() for x in text.split(",") if x.strip()]
+        try:
+            cu_seqlens = [int(x) for x in parts]
+        except ValueError:
+            raise AuditUsageError(f"cu_seqlens: got {text!r}, expected integer offsets such as "
+                                  "'0,5,5,40' or 'random:N'") from None
+    a = np.asarray(cu_seqlens)
+    if a.dtype.kind not in "iu" or a.ndim != 1 or a.size < 2 or a[-1] < 1:
+        raise AuditUsageError(f"cu_seqlens: got {cu_seqlens!r}, expected N + 1 >= 2 integer "
+                              "offsets 0 = c_0 <= ... <= c_N = T with T >= 1 (e.g. '0,5,5,40'), "
+                              "or 'random:N'")
+    try:
+        return check_cu_seqlens(a, 1, int(a[-1]))
+    except ValueError as exc:          # not starting at 0, decreasing: names the first bad position
+        raise AuditUsageError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The rows an audit runs and how its problems are made, checked: the configs, sequence
+    lengths, modes, regimes, input seed, scale, packing (None, offsets or "random:N"'s N) and
+    the oracle's implementation."""
+
+    configs: dict[str, tuple[int, ...]]
+    seqs: list[int]
+    modes: list[str]
+    regimes: list[str]
+    seed: int
+    scale: float
+    packing: Any
+    oracle: str
+
+    def offsets(self, T: int) -> np.ndarray | None:
+        """The offsets of one problem of length T: the explicit ones, or N random lengths drawn
+        by ``regimes.random_cu_seqlens(T, N, seed)`` (empty sequences included)."""
+        if self.packing is None or isinstance(self.packing, np.ndarray):
+            return self.packing
+        return _regimes.random_cu_seqlens(T, self.packing, self.seed)
+
+    def cu_seqlens(self):
+        """The packing as the report's header writes it: offsets, "random:N" or None."""
+        if self.packing is None:
+            return None
+        if isinstance(self.packing, int):
+            return f"{RANDOM_PACKING}{self.packing}"
+        return self.packing.tolist()
+
+    def only_forward(self) -> Rows:
+        """These rows with every mode forward only (a kernel that cannot be differentiated)."""
+        return replace(self, modes=["fwd"])
+
+    def plan(self) -> list[tuple[str, str, Dims]]:
+        """(regime, config name, sizes) of every problem (``glaref._problems.plan``); packed
+        sequences are the batch, so B = 1."""
+        out = _problems.plan(self.regimes, self.configs, self.seqs)
+        if self.packing is None:
+            return out
+        return [(regime, cname, replace(dims, B=1)) for regime, cname, dims in out]
+
+
+def rows(pre: Preset, *, configs=None, seqs=None, modes=None, regimes="standard", seed=0,
+         scale=1.0, cu_seqlens=None, oracle_impl=None) -> Rows:
+    """The rows' arguments checked (AuditUsageError naming the bad one, what it got and what was
+    expected), defaults from the preset ``pre``. Explicit ``cu_seqlens`` offsets fix T, so
+    ``seqs`` may only repeat it (None: it becomes [T]) and no regime may set its own T."""
+    cfgs = _configs(configs, pre.configs)
+    seq_list = _seqs(seqs, pre.seqs)
+    mode_list = choices("mode", modes if modes is not None else pre.modes, MODES)
+    try:
+        scale = check_scale(scale)
+    except GlarefError as exc:
+        raise AuditUsageError(str(exc)) from None
+    seed = integer("seed", seed, 0)
+    regime_list = choices("regime", regimes, _regimes.REGIMES)
+    oracle = oracle_impl or default_oracle()
+    choices("oracle_impl", oracle, ORACLES)
+    packing = _packing(cu_seqlens)
+    if isinstance(packing, np.ndarray):
+        T_cu = int(packing[-1])
+        if seqs is None:
+            seq_list = [T_cu]
+        elif set(seq_list) != {T_cu}:
+            raise AuditUsageError(f"seq: got {seq_list}, expected only {T_cu}, the T that "
+                                  f"cu_seqlens {packing.tolist()} fixes (or cu_seqlens='random:N')")
+        for regime in regime_list:
+            if any(d.T != T_cu for d in _regimes.REGIMES[regime].cases(Dims(1, 1, 1, T_cu, 1, 1))):
+                raise AuditUsageError(f"regime: got {regime!r}, which sets its own T; explicit "
+                                      f"cu_seqlens fix T = {T_cu} (use cu_seqlens='random:N')")
+    return Rows(cfgs, seq_list, mode_list, regime_list, seed, scale, packing, oracle)

@@ -1,0 +1,124 @@
+"""A kernel's claims as one value (glaref._claims), the reference-kernel table (glaref._designs),
+and what the one engine gives every framework: packed sequences for NumPy kernels in
+check_kernel, a raising kernel's traceback as the AssertionError's cause."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import glaref
+from glaref import _claims, _designs, _verdict
+from glaref._claims import Claims
+from glaref.testing import check_kernel
+
+TINY = "1,1,2,4,3"
+
+
+@pytest.mark.parametrize("spelled", ["float32", np.float32, np.dtype("float32")])
+def test_dtypes_are_accepted_as_users_spell_them(spelled):
+    c = _claims.parse(dtype=spelled, compute_dtype=spelled, accumulate_dtype=spelled,
+                      operand_dtype=spelled)
+    assert (c.dtype, c.compute_dtype, c.accumulate_dtype, c.operand_dtype) == ("float32",) * 4
+
+
+def test_framework_dtypes_are_accepted_without_importing_the_framework():
+    torch = pytest.importorskip("torch")
+    assert _claims.parse(dtype=torch.bfloat16).dtype == "bfloat16"
+    jnp = pytest.importorskip("jax.numpy")
+    assert _claims.parse(dtype=jnp.float16).dtype == "float16"
+
+
+@pytest.mark.parametrize("kw, argument", [
+    ({"dtype": "int8"}, "dtype"),
+    ({"dtype": np.int32}, "dtype"),
+    ({"compute_dtype": "tf16"}, "compute_dtype"),
+    ({"layout": "bhdt"}, "layout"),
+    ({"chunk_size": 0}, "chunk_size"),
+    ({"chunk_size": 2.5}, "chunk_size"),
+    ({"chunk_size": True}, "chunk_size"),
+    ({"dlog_alpha_form": "autodiff"}, "dlog_alpha_form"),
+    ({"decay_form": "cumsum"}, "decay_form"),
+    ({"gate": "diagonal"}, "gate"),
+    ({"grads": "q,dq"}, "grads"),
+    ({"strict": "yes"}, "strict"),
+    ({"accumulate_dtype": "bfloat16"}, "accumulate_dtype"),       # less precise than float32
+    # contradictions: a step-by-step kernel has no chunks
+    ({"chunk_size": 1, "dlog_alpha_form": "identity"}, "dlog_alpha_form"),
+    ({"chunk_size": 1, "decay_form": "chunk_cumsum"}, "decay_form"),
+])
+def test_every_bad_claim_is_one_error_type_naming_its_argument(kw, argument):
+    with pytest.raises(glaref.ClaimError) as info:
+        _claims.parse(**kw)
+    e = info.value
+    assert e.argument == argument and str(e).startswith(f"{argument}: got ")
+    # a usage error of the audit and a dtype error of the testing API at once
+    assert isinstance(e, glaref.AuditUsageError) and isinstance(e, glaref.DTypeError)
+
+
+def test_the_cli_names_a_bad_claim_by_its_flag(capsys):
+    from glaref.cli import main
+
+    code = main(["audit", "--impl", "tests/audit_kernels.py:scan_kernel", "--config", TINY,
+                 "--seq", "9", "--chunk-size", "1", "--dlog-alpha-form", "identity"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "error: --dlog-alpha-form: got 'identity' with chunk_size 1" in err, err
+
+
+def test_claims_resolved_at_a_compute_dtype_promise_float32_accumulation_only_when_narrower():
+    assert Claims(dtype="bfloat16").resolved("bfloat16").accumulate_dtype == "float32"
+    assert Claims(dtype="float32").resolved("float32").accumulate_dtype is None
+    assert Claims(dtype="bfloat16", accumulate_dtype="bfloat16").resolved(
+        "bfloat16").accumulate_dtype is None
+    assert Claims().judged("log_alpha") and not Claims(grads=("q", "k")).judged("log_alpha")
+    assert Claims(grads=("q",)).judged("o")          # forward outputs are always judged
+
+
+def test_one_table_says_which_reference_kernels_run_and_which_the_kernel_is_held_to():
+    scan, chunked, unknown = (_designs.yardstick(c) for c in (1, 128, None))
+    assert (list(scan.designs), scan.held_to, scan.extremes) == (["scan"], "scan", ())
+    assert chunked.designs["chunked"].chunk == 128 and chunked.extremes == ()
+    assert unknown.held_to == "chunked" and set(unknown.extremes) == {"scan", "chunked_wide"}
+    assert {d.chunk for d in unknown.designs.values()} == {None, 64, 256}
+    # the verdict reads the same table: held to its reference, widened by the extremes
+    errs = {"scan": 9.0, "chunked": 1.0, "chunked_wide": 1.0}
+    assert _verdict.baseline_error(errs, 1) == 9.0
+    assert _verdict.baseline_error({"chunked": 2.0}, 128) == 2.0
+    assert _verdict.baseline_error(errs, None) == 3.0
+
+
+def _packed_numpy(ignore_packing: bool):
+    """A NumPy kernel over packed sequences: the float64 oracle, rounded to float32 (correct),
+    or run as one sequence ignoring the offsets (a packing bug)."""
+    def kernel(q, k, v, log_alpha, h0, cu_seqlens):
+        args = [np.asarray(x, np.float64) for x in (q, k, v, log_alpha)]
+        if ignore_packing:
+            o, h = glaref.forward(*args, np.asarray(h0, np.float64)[:1], impl="numpy")
+            h = np.repeat(h, h0.shape[0], axis=0)
+        else:
+            o, h = glaref.forward(*args, np.asarray(h0, np.float64), impl="numpy",
+                                  cu_seqlens=cu_seqlens)
+        return o.astype(np.float32), h.astype(np.float32)
+    return kernel
+
+
+def test_check_kernel_checks_packed_sequences_of_numpy_kernels():
+    recs = check_kernel(_packed_numpy(False), framework="numpy", configs=TINY,
+                        cu_seqlens="0,3,3,11", chunk_size=1, dlog_alpha_form="direct")
+    assert len(recs) == 1 and recs[0]["ok"] and recs[0]["cu_seqlens"] == [0, 3, 3, 11]
+    with pytest.raises(AssertionError, match="FAIL"):
+        check_kernel(_packed_numpy(True), framework="numpy", configs=TINY,
+                     cu_seqlens="0,3,3,11")
+
+
+def test_a_raising_kernels_traceback_is_the_assertions_cause():
+    def broken_numpy_kernel(q, k, v, log_alpha, h0):
+        return np.linalg.inv(q)           # q (1, 1, 5, 4) is not square: LinAlgError
+
+    with pytest.raises(AssertionError) as info:
+        check_kernel(broken_numpy_kernel, framework="numpy", configs=TINY, seqs=[5])
+    assert str(info.value).startswith("kernel raised on 1 of 1 rows"), str(info.value)
+    cause = str(info.value.__cause__)
+    assert "broken_numpy_kernel" in cause and "np.linalg.inv(q)" in cause, cause
+    assert "_frameworks.py" not in cause and "_engine.py" not in cause, cause
