@@ -116,18 +116,20 @@ def kernel_runner(kernel: Callable, dtype: str, *, layout: str = "bhtd", scale: 
     return run
 
 
-def jax_runner(kernel: Callable, dtype: str, *, layout: str = "bhtd", scale: float = 1.0) -> Runner:
+def jax_runner(kernel: Callable, dtype: str, *, layout: str = "bhtd",
+               scale: float | None = 1.0) -> Runner:
     """A Runner for a JAX kernel, compiled once per shape (``jax.jit`` of its forward and
     ``jax.vjp`` backward, as the audit runs it): much faster than :func:`kernel_runner`'s
-    op-by-op calls when the probes run the same shapes again."""
+    op-by-op calls when the probes run the same shapes again. ``scale`` reaches a kernel whose
+    signature takes it (None: never passed, the kernel has it bound already)."""
     import jax
     import jax.numpy as jnp
 
-    from ._frameworks import _accepts_scale
+    from ._frameworks import accepts
     from ._inputs import _KIND, ARRAYS, from_canonical, kernel_returns, to_canonical
 
     jd = jnp.dtype(dtype)
-    kw = {"scale": float(scale)} if _accepts_scale(kernel) else {}
+    kw = {"scale": float(scale)} if scale is not None and accepts(kernel, "scale") else {}
     programs: dict = {}
 
     def program(cu):
@@ -199,21 +201,20 @@ def function_runner(forward: Callable, vjp: Callable | None = None) -> Runner:
 Judge = Callable[[Problem, dict[str, np.ndarray]], dict[str, str]]
 
 
-def verdict_judge(*, scale: float = 1.0, oracle: str = "numba", compute_dtype: str = "float32",
-                  accumulate_dtype: str | None = None, chunk_size: int | None = None,
-                  dlog_alpha_form: str | None = None, dtypes: dict[str, str] | None = None) -> Judge:
-    """The audit's verdict (``glaref._judge.assess_outputs``) as a Judge; ``dtypes``: the dtype
-    name each output was returned in (default: the compute dtype's storage, float32)."""
+def verdict_judge(*, scale: float = 1.0, oracle: str = "numba", claims=None,
+                  dtypes: dict[str, str] | None = None, **declared) -> Judge:
+    """The audit's verdict (``glaref._judge.assess_outputs``) as a Judge: the kernel's ``claims``
+    (``glaref._claims.Claims``, resolved) or the claim keywords (compute_dtype, chunk_size, ...);
+    ``dtypes``: the dtype name each output was returned in (default float32)."""
     from . import _judge
 
     def judge(p: Problem, out: dict[str, np.ndarray]) -> dict[str, str]:
         truth = _judge.Truth(p, scale, oracle)
-        canon = {("o" if n == "o" else "h_T" if n == "h_T" else n[1:]): x for n, x in out.items()}
+        canon = {(n if n in ("o", "h_T") else n[1:]): x for n, x in out.items()}
         dts = {n: (dtypes or {}).get(n, "float32") for n in canon}
         grads = any(n.startswith("d") for n in out)
         per = _judge.assess_outputs(truth, canon, dts, final="h_T" in out, grads=grads,
-                                    compute_dtype=compute_dtype, accumulate_dtype=accumulate_dtype,
-                                    chunk_size=chunk_size, dlog_alpha_form=dlog_alpha_form)
+                                    claims=claims, **declared)
         return {n: a.reason for n, a in per.items() if not a.ok}
     return judge
 
@@ -317,14 +318,19 @@ def _resample(p: Problem, family: Family, rng: np.random.Generator, steps: slice
 
 
 def causality(run: Runner, p: Problem, family: Family = GATED, *, split: int | None = None,
-              dtype: str = "float64", seed: int = 0) -> ProbeResult:
+              dtype: str = "float64", seed: int = 0, chunk_size: int | None = None) -> ProbeResult:
     """Inputs changed at t >= P leave the causal outputs (o, dq) at t < P bit-identical; inputs
-    changed at t < P (and h0) leave the anticausal ones (dk, dv) at t >= P bit-identical. P: the
+    changed at t < P (and h0) leave the anticausal ones (dk, dv) bit-identical from the first
+    chunk boundary at or after P on (within P's chunk a kernel whose decays are differences of
+    in-chunk prefix sums, as flash-linear-attention's, rounds them with the earlier steps' gates:
+    a dependence in the last bit only; C: ``chunk_size``, or DEFAULT_CHUNK when unknown). P: the
     middle of T by default, placed inside a chunk for chunked kernels (an odd step)."""
     T = p.dims.T
     P = split if split is not None else (T // 2) | 1
     if not 0 < P < T:
         return ProbeResult("causality", None, f"T = {T} has no step to split at")
+    C = chunk_size if chunk_size else DEFAULT_CHUNK
+    Q = -(-P // C) * C                     # anticausal outputs compared on t >= Q
 
     def body():
         rng = np.random.default_rng(seed)
@@ -334,15 +340,18 @@ def causality(run: Runner, p: Problem, family: Family = GATED, *, split: int | N
         early = run(_resample(p, family, rng, slice(0, P), states=slice(None), dtype=dtype,
                               state_names=family.inputs), True)
         before = {n: (slice(None), slice(None), slice(0, P)) for n in family.causal_outputs}
-        after = {n: (slice(None), slice(None), slice(P, None)) for n in family.anticausal_outputs}
+        after = {n: (slice(None), slice(None), slice(Q, None)) for n in family.anticausal_outputs}
         bad = [f"{d} (inputs changed at t >= {P})" for d in _differences(base, late, before)]
-        bad += [f"{d} (inputs changed at t < {P})" for d in _differences(base, early, after)]
+        if Q < T:
+            bad += [f"{d}, counted from t = {Q} (inputs changed at t < {P})"
+                    for d in _differences(base, early, after)]
         if bad:
             return ProbeResult("causality", False, "outputs depend on steps they cannot: "
                                + "; ".join(bad))
-        return ProbeResult("causality", True,
-                           f"{', '.join(family.causal_outputs)} at t < {P} unchanged by t >= {P}; "
-                           f"{', '.join(family.anticausal_outputs)} at t >= {P} unchanged by t < {P}")
+        anti = (f"; {', '.join(family.anticausal_outputs)} at t >= {Q} unchanged by t < {P}"
+                if Q < T else "")
+        return ProbeResult("causality", True, f"{', '.join(family.causal_outputs)} at t < {P} "
+                           f"unchanged by t >= {P}{anti}")
     return _guard("causality", body)
 
 
@@ -429,6 +438,12 @@ def _padding(run: Runner, p: Problem, family: Family, dtype: str) -> tuple[bool,
     return True, f"NaN in {PADDING} steps of padding past offset {T} reaches nothing"
 
 
+def _failed(what: str, fails: dict[str, str]) -> str:
+    """One case's failures: the outputs, and the first one's reason."""
+    first = next(iter(fails.values()))
+    return f"{what}: {', '.join(fails)} fail (first: {first})"
+
+
 def cotangents(run: Runner, p: Problem, judge: Judge, family: Family = GATED) -> ProbeResult:
     """The gradients under structured cotangents pass the verdict: do zero but at one step
     (t = T // 3) with dh_T = 0; dh_T alone (do = 0); do alone (dh_T = 0)."""
@@ -447,7 +462,7 @@ def cotangents(run: Runner, p: Problem, judge: Judge, family: Family = GATED) ->
         for what, q in cases.items():
             fails = judge(q, run(q, True))
             if fails:
-                bad.append(f"{what}: " + "; ".join(fails.values()))
+                bad.append(_failed(what, fails))
         if bad:
             return ProbeResult("cotangents", False, " | ".join(bad))
         return ProbeResult("cotangents", True, f"{', '.join(cases)}: every gradient passes")
@@ -466,7 +481,7 @@ def chunk_sweep(run: Runner, regime: str, dims: Dims, seed: int, dtype: str, jud
             p = family.make(regime, Dims(dims.B, dims.G, dims.H, T, dims.dk, dims.dv), seed, dtype)
             fails = judge(p, run(p, True))
             if fails:
-                bad.append(f"T = {T}: " + "; ".join(fails.values()))
+                bad.append(_failed(f"T = {T}", fails))
         if bad:
             return ProbeResult("chunk_sweep", False, " | ".join(bad))
         return ProbeResult("chunk_sweep", True, f"C = {C}: T = {', '.join(map(str, Ts))} pass")
@@ -492,7 +507,7 @@ def run_probes(run: Runner, regime: str, dims: Dims, seed: int, dtype: str, judg
         elif w in ("causality", "packed") and unstable:
             out.append(ProbeResult(w, None, unstable))
         elif w == "causality":
-            out.append(causality(run, p, family, dtype=dtype, seed=seed))
+            out.append(causality(run, p, family, dtype=dtype, seed=seed, chunk_size=chunk_size))
         elif w == "packed":
             out.append(packed(run, regime, dims, seed, dtype, family))
         elif w == "cotangents":

@@ -117,8 +117,13 @@ class Profile(NamedTuple):
     zero_columns: list[int]            # feature columns (last axis) all zero where ref is not
     unit_roundoff: float
 
-    def summary(self) -> dict[str, Any]:
-        return self._asdict()
+    def summary(self, full: bool = True) -> dict[str, Any]:
+        """The profile as JSON-able data; ``full=False`` leaves out the per-step lists (time,
+        time_band), which only a failing output's plot needs."""
+        d = self._asdict()
+        if not full:
+            d["time"] = d["time_band"] = None
+        return d
 
 
 def _time_axis(name: str) -> int | None:
@@ -361,7 +366,8 @@ def pattern(p: Profile) -> Finding:
             return Finding(p.output, "last_chunk", {"start": start, "C": C})
     first = C if C is not None else max(1, T * k // 8)
     n_first = max(1, first // k)
-    if bad.size and bad[0] < n_first and T > 2 * n_first:
+    # the error peaks in the first chunk and dies away after it
+    if bad.size and bad[0] < n_first and T > 2 * n_first and int(np.argmax(E)) < n_first:
         top_first = float(np.max(E[:n_first]))
         late = float(np.max(E[T // 2:]))
         if late <= LATE_FRACTION * top_first:
@@ -446,6 +452,13 @@ def diagnose(profiles: dict[str, Profile], failing) -> tuple[str | None, str | N
     counts: dict[str, list[str]] = {}
     for n, f in named.items():
         counts.setdefault(f.pattern, []).append(n)
+    # h0's terms show in o first: a failing o without the first-chunk pattern rules it out
+    if "first_chunk" in counts and "o" in found and found["o"].pattern != "first_chunk":
+        del counts["first_chunk"]
+    if not counts:
+        n, f = max(found.items(), key=lambda kv: kv[1].figures.get("worst", 0.0))
+        f = f if f.pattern == SPREAD else Finding(n, SPREAD, _spread_figures(profiles[n]))
+        return f"{_label(n)}: {f.words()}.", SPREAD
     order = list(PATTERNS)
     key = max(counts, key=lambda k: (len(counts[k]), -order.index(k)))
     outs = counts[key]
@@ -468,31 +481,35 @@ def groups_shared(profiles: dict[str, Profile]) -> bool:
 
 
 def row_profiles(truth, canonical: dict[str, np.ndarray], dtypes: dict[str, str], *, final: bool,
-                 grads: bool, compute_dtype: str, accumulate_dtype: str | None = None,
-                 chunk_size: int | None = None, operand_dtype: str | None = None,
-                 dlog_alpha_form: str | None = None) -> dict[str, Profile]:
+                 grads: bool, claims=None, **declared) -> dict[str, Profile]:
     """The profile of every output of one row, from what its verdict used: ``truth`` (a
     ``_judge.Truth``: the oracle's values, the scales and the reference kernels, all cached
-    there), the kernel's ``canonical`` values and the dtypes they were returned in; the band is
-    ``calibrated_ratio`` times the reference kernels' profile, as ``_judge.assess_output`` holds
-    the whole output to it."""
-    from . import _baseline, _verdict
+    there), the kernel's ``canonical`` values and the dtypes they were returned in, and its
+    ``claims`` (or the claim keywords, as ``_judge.assess_outputs`` takes them); the band is
+    ``calibrated_ratio`` times the reference kernels' profile, as the verdict holds the whole
+    output to it."""
+    from . import _baseline, _judge, _verdict
     from .tolerances import tol
 
+    c = _judge._claimed(claims, declared)
+    cdtype = c.compute_dtype or c.dtype
     scales = truth.scales(final, grads)
-    refs = truth.references(final, grads, chunk_size,
-                            _verdict.reference_arithmetic(compute_dtype, accumulate_dtype,
-                                                          operand_dtype))
+    refs = truth.references(final, grads, c.chunk_size,
+                            _verdict.reference_arithmetic(cdtype, c.accumulate_dtype,
+                                                          c.operand_dtype))
+    unit = cdtype
+    if c.operand_dtype is not None and UNIT_ROUNDOFF[c.operand_dtype] > UNIT_ROUNDOFF[cdtype]:
+        unit = c.operand_dtype          # the unit of budget_ulps, as _judge.assess_output has it
     dims = truth.p.dims
     out = {}
     for name, x in canonical.items():
-        if x is None:
+        if x is None or not c.judged(name):
             continue
         sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
-        key = _verdict.reference_key(name, dlog_alpha_form)
+        key = _verdict.reference_key(name, c.dlog_alpha_form)
         base = [_baseline.round_to(v[key], dtypes.get(name)) for v in refs.values()]
-        out[name] = profile(name, x, truth.reference(name, final), sc, compute_dtype=compute_dtype,
-                            dims=dims, chunk_size=chunk_size, baseline=base,
+        out[name] = profile(name, x, truth.reference(name, final), sc, compute_dtype=unit,
+                            dims=dims, chunk_size=c.chunk_size, baseline=base,
                             ratio=tol("calibrated_ratio"))
     return out
 

@@ -263,7 +263,16 @@ class Table:
                 f"{cols} {ref_s:>10} {used_s:>7}  {verdict(r)}")
 
     def row(self, r: dict[str, Any]) -> None:
-        print(self.line(r), file=self.stream, flush=True)
+        print("\n".join([self.line(r)] + extra_lines(r)), file=self.stream, flush=True)
+
+
+def extra_lines(r: dict[str, Any]) -> list[str]:
+    """The lines under a row: its diagnosis (glaref._where) and its probes' results, indented."""
+    from .._probes import ProbeResult
+
+    lines = [f"  where: {r['diagnosis']}"] if r.get("diagnosis") else []
+    lines += ["  " + ProbeResult(**p).line() for p in r.get("probes") or []]
+    return lines
 
 
 # ---------------------------------------------------------------- verdict
