@@ -514,5 +514,38 @@ def row_profiles(truth, canonical: dict[str, np.ndarray], dtypes: dict[str, str]
     return out
 
 
+# the canonical axes of each output, as the worst index is given
+_AXES = {"o": "bhtd", "v": "bhtd", "q": "bgtd", "k": "bgtd", "log_alpha": "bhtd", "h_T": "bhij",
+         "h0": "bhij"}
+
+
+def where_lines(rec: dict[str, Any]) -> list[str]:
+    """Lines saying where a failing row's errors are, from its record's ``where`` and
+    ``diagnosis`` (numpy.testing's "Mismatched elements: n / N ... first at index" in spirit):
+    per failing output with a per-step profile, the steps above the allowed band, the first and
+    the worst, and the worst element's index (canonical b, h, t, d); then the diagnosis."""
+    lines = []
+    failing = [f.split(":", 1)[0] for f in rec.get("failures", [])]
+    for name in failing:
+        p = (rec.get("where") or {}).get(name)
+        if not p:
+            continue
+        at = tuple(p["worst_index"] or ())
+        axes = "(" + ", ".join(_AXES.get(name, "")[:len(at)]) + ") = " if at else ""
+        text = f"{_label(name)}: worst element {p['worst']:.3g} budget units at {axes}{at}"
+        E, band, k = p.get("time"), p.get("time_band"), p.get("time_bin") or 1
+        if E is not None and band is not None:
+            above = [i for i, (e, b) in enumerate(zip(E, band)) if e > b]
+            if above:
+                worst = max(range(len(E)), key=lambda i: E[i])
+                unit = "steps" if k == 1 else f"bins of {k} steps"
+                text += (f"; {unit} above the allowed band: {len(above)} / {len(E)}, first at "
+                         f"t = {above[0] * k}, worst at t = {worst * k}")
+        lines.append(text)
+    if rec.get("diagnosis"):
+        lines.append(f"diagnosis: {rec['diagnosis']}")
+    return lines
+
+
 def _label(name: str) -> str:
     return name if name in ("o", "h_T") else f"d{name}"
