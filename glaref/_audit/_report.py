@@ -329,6 +329,32 @@ def _ratio() -> float:
 
 # ---------------------------------------------------------------- plot
 
+MAX_WHERE_PANELS = 8     # panels of error against t, one per failing output (the first ones)
+
+
+def _where_panel(ax, r: dict[str, Any], name: str) -> None:
+    """One failing output's error against t (``glaref._where``: per step, in budget units), the
+    allowed band (the reference kernels' error times the allowed ratio, per step) and the chunk
+    boundaries (grey verticals: the declared or inferred chunk size)."""
+    p = r["where"][name]
+    k = p.get("time_bin") or 1
+    t = [i * k for i in range(len(p["time"]))]
+    ax.plot(t, [max(e, 1e-3) for e in p["time"]], color="C3", linewidth=1.0, label="error")
+    if p.get("time_band"):
+        ax.plot(t, [max(b, 1e-3) for b in p["time_band"]], color="k", linestyle=":",
+                linewidth=1.0, label="allowed")
+    C = p.get("chunk")
+    if C:
+        for b in range(C, r["seq"], C):
+            ax.axvline(b, color="0.75", linewidth=0.6, zorder=0)
+    ax.set_yscale("log")
+    ax.set_xlabel("t" + (f" (chunks of {C}{', inferred' if p.get('chunk_inferred') else ''})"
+                         if C else ""))
+    label = name if name in FORWARD else f"d{name}"
+    ax.set_title(f"{r['impl'][-24:]} T={r['seq']}: {label} per step (budget units)", fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def plot(records: list[dict[str, Any]], path) -> None:
     """Error vs seq per output and gradient, and time vs seq, in one PNG.
 
@@ -338,6 +364,8 @@ def plot(records: list[dict[str, Any]], path) -> None:
     kernels' error): a solid line close under its dotted one is close to failing. In the time
     panel solid lines are fwd and dashed ones fwd_bwd. A red cross marks a point whose output
     failed its verdict (either tier). The figure's title is the audit's verdict (``summary``).
+    Then, per failing output (the first MAX_WHERE_PANELS), where its error is: against t, with
+    the allowed band and the chunk boundaries (``_where_panel``).
     """
     import matplotlib
     matplotlib.use("Agg")
@@ -355,8 +383,11 @@ def plot(records: list[dict[str, Any]], path) -> None:
     marker = {c: markers[n % len(markers)] for n, c in enumerate(configs)}
     has_fwd = any(r["mode"] == "fwd" for r in rows)
 
+    # where the error is: per failing output with a per-step profile, its error against t
+    located = [(r, n) for r in rows for n in failed_outputs(r)
+               if ((r.get("where") or {}).get(n) or {}).get("time")][:MAX_WHERE_PANELS]
     ncol = 4
-    nrow = -(-len(panels) // ncol)
+    nrow = -(-(len(panels) + len(located)) // ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.3 * nrow + 0.8), squeeze=False)
     series: dict[tuple, list] = {}
     for r in rows:
@@ -394,7 +425,9 @@ def plot(records: list[dict[str, Any]], path) -> None:
         ax.set_title("median ms per call" if panel == "time" else
                      f"rel_err d{panel}" if grad else f"rel_err {panel}")
         ax.grid(True, which="both", alpha=0.3)
-    for ax in axes.ravel()[len(panels):]:
+    for ax, (r, n) in zip(axes.ravel()[len(panels):], located):
+        _where_panel(ax, r, n)
+    for ax in axes.ravel()[len(panels) + len(located):]:
         ax.axis("off")
     handles = [Line2D([], [], color=colour[i], label=i) for i in impls]
     handles += [Line2D([], [], color="k", marker=marker[c], linestyle="", label=c) for c in configs]
