@@ -17,6 +17,7 @@ import json
 import numpy as np
 import pytest
 
+import glaref
 from glaref import _judge, _where
 from glaref._inputs import Dims
 from glaref._problems import make_problem
@@ -288,3 +289,51 @@ def test_the_whole_zoo_gets_no_diagnosis(regime):
     for name, kernel in zoo.zoo().items():
         failing, _, diagnosis = _row(kernel, regime, chunk_size=None)
         assert failing == [] and diagnosis == (None, None), name
+
+
+# ---------------------------------------------------------------- the faces: records, CLI, testing
+
+@pytest.mark.jax
+def test_records_carry_where_diagnosis_and_probes():
+    pytest.importorskip("jax")
+    import mutants
+
+    bad, good = glaref.audit([mutants.PATTERN_MUTANTS["ragged_tail"], "scan"], "1,2,4,16,16", [40],
+                             ["fwd_bwd"], repeats=0, chunk_size=16, probes="determinism")
+    assert "confined to the last chunk" in bad["diagnosis"]
+    assert len(bad["where"]["o"]["time"]) == 40 and bad["where"]["o"]["worst_index"][2] == 39
+    assert [p["probe"] for p in bad["probes"]] == ["determinism"] and bad["probes"][0]["passed"]
+    assert good["ok"] and good["diagnosis"] is None
+    assert set(good["where"]) == set(_where.PROFILED) and good["where"]["o"]["time"] is None
+    json.dumps([bad, good], allow_nan=False)
+
+
+@pytest.mark.jax
+def test_the_cli_prints_probe_lines_and_a_failing_probe_fails(capsys):
+    pytest.importorskip("jax")
+    from glaref.cli import main
+
+    code = main(["audit", "--impl", "tests/mutants.py:nondeterministic", "--chunk-size", "16",
+                 "--config", "1,2,4,16,16", "--seq", "40", "--mode", "fwd_bwd", "--repeats", "0",
+                 "--probes", "determinism", "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "FAIL probe determinism" in out and "  probe determinism  FAIL  two runs" in out
+    assert main(["audit", "--impl", "scan", "--probes", "speed", "--seq", "4"]) == 2
+
+
+@pytest.mark.jax
+def test_check_kernel_says_where_and_runs_probes():
+    pytest.importorskip("jax")
+    from glaref.testing import check_kernel
+
+    import mutants
+
+    with pytest.raises(AssertionError) as e:
+        check_kernel(mutants.PATTERN_MUTANTS["ragged_tail"], chunk_size=16, seqs=(40,))
+    text = str(e.value)
+    assert "o: worst element" in text and "at (b, h, t, d) = (0," in text
+    assert "first at t = 39" in text and "diagnosis: o, dq, dk, dv: the error is confined" in text
+    with pytest.raises(AssertionError, match="probe causality: outputs depend on steps"):
+        check_kernel(mutants.PROBE_MUTANTS["reads_ahead"], chunk_size=16, seqs=(40,),
+                     probes=["causality"])
