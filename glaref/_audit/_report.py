@@ -30,7 +30,7 @@ RECORD_ADDITIONS = (
     "budget_ulps", "budget_bound", "budget_ulps_direct", "nonfinite", "nonfinite_first_index",
     "dtype", "compute_dtype", "precision", "layout", "regime", "seed", "scale", "final_state",
     "chunk_size", "accumulate_dtype", "dlog_alpha_form", "gate", "cu_seqlens", "ok", "failed_tier",
-    "failures", "notes", "verdict", "oracle_ms",
+    "failures", "notes", "verdict", "oracle_ms", "where", "diagnosis", "probes",
 )
 
 ERR_COLUMNS = OUTPUTS
