@@ -51,13 +51,13 @@ def profiles_ratio(repeats: int) -> tuple[float, float]:
     return sorted(with_p)[len(with_p) // 2], sorted(without)[len(without) // 2]
 
 
-def probes_ratio(seq: int) -> list[tuple[str, float, float]]:
+def probes_ratio(seq: int, which="all") -> list[tuple[str, float, float]]:
     """(kernel, row seconds, probe seconds) per fwd_bwd row of the built-in kernels at ``seq``."""
     out = []
     for impl in ("chunked", "scan"):
         row = functools.partial(glaref.audit, [impl], "1,2,4,16,16", [seq], ["fwd_bwd"])
         t_row = _timed(row)
-        t_all = _timed(functools.partial(row, probes="all"))
+        t_all = _timed(functools.partial(row, probes=which))
         out.append((impl, t_row, t_all - t_row))
     return out
 
@@ -66,15 +66,21 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3, help="quick-preset runs per side (median)")
     ap.add_argument("--probe-seq", type=int, default=130, help="T of the probed rows")
+    ap.add_argument("--probes", default="all", help="the probes timed: all, or names")
+    ap.add_argument("--no-quick", dest="quick", action="store_false",
+                    help="skip the quick-preset measurement")
     ns = ap.parse_args(argv)
     print(f"load average before: {os.getloadavg()}", flush=True)
-    _timed(_quick)                                   # warm-up: jit caches, the Numba oracle
-    w, wo = profiles_ratio(ns.repeats)
-    print(f"quick preset: {w:.2f} s with profiles, {wo:.2f} s without: ratio {w / wo:.3f} "
-          f"(target <= 1.1)", flush=True)
-    for impl, row, probes in probes_ratio(ns.probe_seq):
-        print(f"{impl} fwd_bwd T={ns.probe_seq}: row {row:.2f} s, probes add {probes:.2f} s: "
-              f"ratio {probes / row:.2f} (target <= 2)", flush=True)
+    if ns.quick:
+        _timed(_quick)                               # warm-up: jit caches, the Numba oracle
+        w, wo = profiles_ratio(ns.repeats)
+        print(f"quick preset: {w:.2f} s with profiles, {wo:.2f} s without: ratio {w / wo:.3f} "
+              f"(target <= 1.1)", flush=True)
+    else:
+        glaref.audit(["scan"], "1,2,4,16,16", [8], ["fwd_bwd"], repeats=0)     # warm-up
+    for impl, row, probes in probes_ratio(ns.probe_seq, ns.probes):
+        print(f"{impl} fwd_bwd T={ns.probe_seq}: row {row:.2f} s, probes ({ns.probes}) add "
+              f"{probes:.2f} s: ratio {probes / row:.2f} (target <= 2)", flush=True)
     print(f"load average after: {os.getloadavg()}")
     return 0
 
