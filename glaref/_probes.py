@@ -34,7 +34,11 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ._inputs import Dims, Problem
+from . import _judge
+from ._frameworks import accepts, detect_framework, run_kernel
+from ._inputs import _KIND, ARRAYS, Dims, Problem, from_canonical, kernel_returns, to_canonical
+from ._problems import make_problem, round_to_dtype
+from .regimes import random_cu_seqlens
 
 PROBES = ("determinism", "causality", "packed", "cotangents", "chunk_sweep")
 DEFAULT_CHUNK = 64            # the chunk sweep's C for a kernel that declares none
@@ -67,7 +71,6 @@ class Family:
 
 
 def _make_scalar(regime: str, dims: Dims, seed: int, dtype: str, cu_seqlens=None) -> Problem:
-    from ._problems import make_problem
     return make_problem(regime, dims, seed, dtype, cu_seqlens=cu_seqlens)
 
 
@@ -97,8 +100,6 @@ def kernel_runner(kernel: Callable, dtype: str, *, layout: str = "bhtd", scale: 
     """A Runner for ``kernel`` (JAX, torch or NumPy, as ``glaref._frameworks.run_kernel`` runs
     it: ``(q, k, v, log_alpha, h0) -> o | (o, h_T)`` in ``layout``, differentiated by its
     framework); packed problems pass their offsets as ``cu_seqlens=``."""
-    from ._frameworks import detect_framework, run_kernel
-
     fw = framework or detect_framework(kernel)
 
     def run(p: Problem, grads: bool) -> dict[str, np.ndarray]:
@@ -124,9 +125,6 @@ def jax_runner(kernel: Callable, dtype: str, *, layout: str = "bhtd",
     signature takes it (None: never passed, the kernel has it bound already)."""
     import jax
     import jax.numpy as jnp
-
-    from ._frameworks import accepts
-    from ._inputs import _KIND, ARRAYS, from_canonical, kernel_returns, to_canonical
 
     jd = jnp.dtype(dtype)
     kw = {"scale": float(scale)} if scale is not None and accepts(kernel, "scale") else {}
@@ -206,8 +204,6 @@ def verdict_judge(*, scale: float = 1.0, oracle: str = "numba", claims=None,
     """The audit's verdict (``glaref._judge.assess_outputs``) as a Judge: the kernel's ``claims``
     (``glaref._claims.Claims``, resolved) or the claim keywords (compute_dtype, chunk_size, ...);
     ``dtypes``: the dtype name each output was returned in (default float32)."""
-    from . import _judge
-
     def judge(p: Problem, out: dict[str, np.ndarray]) -> dict[str, str]:
         truth = _judge.Truth(p, scale, oracle)
         canon = {(n if n in ("o", "h_T") else n[1:]): x for n, x in out.items()}
@@ -294,8 +290,6 @@ def _resample(p: Problem, family: Family, rng: np.random.Generator, steps: slice
     magnitudes: each element times a random factor in [0.5, 1.5), log_alpha kept negative by the
     same factors), and the per-state arrays (those of ``state_names``, all by default) on
     ``states`` likewise."""
-    from ._problems import round_to_dtype
-
     new = {}
     for n in family.inputs + family.cotangents:
         if states is not None and n in family.per_state and state_names is not None \
@@ -360,8 +354,6 @@ def packed(run: Runner, regime: str, dims: Dims, seed: int, dtype: str,
     """Packed sequences: changing sequence m (its steps, h0[m], dh_T[m] and do on its steps)
     leaves every other sequence's outputs and gradients bit-identical; NaN in padding past the
     last offset leaves everything before it as zeros there would."""
-    from .regimes import random_cu_seqlens
-
     T = dims.T
     if T < PACKED_SEQUENCES:
         return ProbeResult("packed", None, f"T = {T} is shorter than {PACKED_SEQUENCES} sequences")

@@ -33,9 +33,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import _baseline, _judge, _verdict
 from ._inputs import Dims
 from ._metrics import underflow_floor
-from .tolerances import UNIT_ROUNDOFF, lookup
+from .tolerances import UNIT_ROUNDOFF, lookup, tol
 
 # ---------------------------------------------------------------- the patterns
 
@@ -488,9 +489,6 @@ def row_profiles(truth, canonical: dict[str, np.ndarray], dtypes: dict[str, str]
     ``claims`` (or the claim keywords, as ``_judge.assess_outputs`` takes them); the band is
     ``calibrated_ratio`` times the reference kernels' profile, as the verdict holds the whole
     output to it."""
-    from . import _baseline, _judge, _verdict
-    from .tolerances import tol
-
     c = _judge._claimed(claims, declared)
     cdtype = c.compute_dtype or c.dtype
     scales = truth.scales(final, grads)
