@@ -24,7 +24,7 @@ import sys
 from typing import Sequence
 
 from . import _golden_cli
-from ._audit import _report, audit
+from ._audit import _merge, _report, audit
 from ._audit._args import split as _split
 from ._audit._presets import CONFIGS, PRESETS, parse_config
 from ._errors import AuditEnvironmentError, AuditUsageError, ClaimError
@@ -39,7 +39,7 @@ _FLAGS = {"impl": "--impl", "config": "--config", "seq": "--seq", "mode": "--mod
           "seed": "--seed", "regime": "--regime",
           "preset": "--preset", "oracle_impl": "--oracle", "json_path": "--json",
           "layout": "--layout", "scale": "--scale", "gate": "--gate",
-          "cu_seqlens": "--cu-seqlens"}
+          "cu_seqlens": "--cu-seqlens", "shard": "--shard"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -127,6 +127,19 @@ def _parser() -> _Parser:
                    "exceeded (usage and environment errors still exit 2 and 3)")
     a.add_argument("--no-progress", "--quiet", dest="progress", action="store_false",
                    help="no progress lines on stderr (default: one line per row)")
+    a.add_argument("--shard", metavar="I/N", help="run only shard I of N (0 <= I < N): the "
+                   "problems I, I+N, ... of the plan, for a scheduler to split an audit across "
+                   "machines or cores; join the shards' --json reports with glaref report merge")
+    r = sub.add_parser("report", help="audit reports: merge the shards of an audit",
+                       description="Work on the JSON reports of glaref audit.")
+    acts = r.add_subparsers(dest="report_action", metavar="action", parser_class=_Parser)
+    m = acts.add_parser("merge", help="join the --json reports of an audit's shards",
+                        description="Join the JSON reports of glaref audit --shard 0/N .. N-1/N "
+                        "into one report, in the unsharded audit's row order: equal to the "
+                        "unsharded report but for the timings.")
+    m.add_argument("reports", nargs="+", metavar="SHARD.json")
+    m.add_argument("-o", "--output", required=True, metavar="ALL.json",
+                   help="the joined report to write")
     _golden_cli.add_parser(sub)
     return p
 
@@ -194,7 +207,7 @@ def _audit(ns: argparse.Namespace) -> int:
               repeats=ns.repeats, seed=ns.seed, regimes=ns.regime, json_path=ns.json,
               oracle_impl=ns.oracle, chunk_size=ns.chunk_size,
               accumulate_dtype=ns.accumulate_dtype, dlog_alpha_form=ns.dlog_alpha_form,
-              gate=ns.gate, cu_seqlens=ns.cu_seqlens, probes=ns.probes,
+              gate=ns.gate, cu_seqlens=ns.cu_seqlens, shard=ns.shard, probes=ns.probes,
               on_record=keep, progress=progress if ns.progress else None)
     except AuditUsageError as exc:
         _err(exc)
@@ -225,6 +238,21 @@ def _audit(ns: argparse.Namespace) -> int:
     return code
 
 
+def _report_cmd(ns: argparse.Namespace) -> int:
+    if ns.report_action != "merge":
+        print(f"{PROG} report: error: an action is required (merge)", file=sys.stderr)
+        return 2
+    try:
+        print(_merge.main_merge(ns.reports, ns.output))
+    except AuditUsageError as exc:
+        print(f"{PROG} report merge: error: {exc}", file=sys.stderr)
+        return 2
+    except AuditEnvironmentError as exc:
+        print(f"{PROG} report merge: error: {exc}", file=sys.stderr)
+        return 3
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     try:
@@ -240,8 +268,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _audit(ns)
     if ns.command == "oracles":
         return _golden_cli.run(ns)
+    if ns.command == "report":
+        return _report_cmd(ns)
     parser.print_usage(sys.stderr)
-    print(f"{PROG}: error: a command is required (audit or oracles)", file=sys.stderr)
+    print(f"{PROG}: error: a command is required (audit, report or oracles)", file=sys.stderr)
     return 2
 
 

@@ -176,6 +176,7 @@ class Rows:
     scale: float
     packing: Any
     oracle: str
+    shard: tuple[int, int] | None = None
 
     def offsets(self, T: int) -> np.ndarray | None:
         """The offsets of one problem of length T: the explicit ones, or N random lengths drawn
@@ -200,13 +201,31 @@ class Rows:
         """(regime, config name, sizes) of every problem (``glaref._problems.plan``); packed
         sequences are the batch, so B = 1."""
         out = _problems.plan(self.regimes, self.configs, self.seqs)
-        if self.packing is None:
-            return out
-        return [(regime, cname, replace(dims, B=1)) for regime, cname, dims in out]
+        if self.packing is not None:
+            out = [(regime, cname, replace(dims, B=1)) for regime, cname, dims in out]
+        if self.shard is not None:       # every N-th problem from the I-th: deterministic
+            i, n = self.shard
+            out = out[i::n]
+        return out
+
+
+def parse_shard(shard) -> tuple[int, int] | None:
+    """"I/N" (or (I, N)): shard I of N, 0 <= I < N; None: the whole audit."""
+    if shard is None:
+        return None
+    parts = shard.split("/") if isinstance(shard, str) else shard
+    try:
+        i, n = (integer("shard", x, 0) for x in parts)
+    except (AuditUsageError, TypeError, ValueError):
+        i = n = -1
+    if not 0 <= i < n:
+        raise AuditUsageError(f"shard: got {shard!r}, expected I/N with 0 <= I < N (e.g. 0/4 .. "
+                              "3/4)")
+    return i, n
 
 
 def rows(pre: Preset, *, configs=None, seqs=None, modes=None, regimes="standard", seed=0,
-         scale=1.0, cu_seqlens=None, oracle_impl=None) -> Rows:
+         scale=1.0, cu_seqlens=None, oracle_impl=None, shard=None) -> Rows:
     """The rows' arguments checked (AuditUsageError naming the bad one, what it got and what was
     expected), defaults from the preset ``pre``. Explicit ``cu_seqlens`` offsets fix T, so
     ``seqs`` may only repeat it (None: it becomes [T]) and no regime may set its own T."""
@@ -233,4 +252,5 @@ def rows(pre: Preset, *, configs=None, seqs=None, modes=None, regimes="standard"
             if any(d.T != T_cu for d in _regimes.REGIMES[regime].cases(Dims(1, 1, 1, T_cu, 1, 1))):
                 raise AuditUsageError(f"regime: got {regime!r}, which sets its own T; explicit "
                                       f"cu_seqlens fix T = {T_cu} (use cu_seqlens='random:N')")
-    return Rows(cfgs, seq_list, mode_list, regime_list, seed, scale, packing, oracle)
+    return Rows(cfgs, seq_list, mode_list, regime_list, seed, scale, packing, oracle,
+                parse_shard(shard))

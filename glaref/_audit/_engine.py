@@ -215,7 +215,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
           dlog_alpha_form: str | None = None, gate: str = "scalar", cu_seqlens=None,
           on_record: Callable[[dict], None] | None = None,
           progress: Callable[[str], None] | None = None,
-          memory_guard: bool = True, probes=None) -> list[dict[str, Any]]:
+          memory_guard: bool = True, shard=None, probes=None) -> list[dict[str, Any]]:
     """Audit JAX kernels against the float64 oracle; returns one record per row.
 
     impls: built-in names ("chunked", "scan"), "package.module:function",
@@ -263,13 +263,17 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     from ``glaref._probes.PROBES`` (a list or "determinism,causality"): run on every fwd_bwd
     row, their results under the record's ``probes`` (null when none ran); a failing probe
     fails the row.
+
+    shard: "I/N" runs the problems I, I + N, ... of the plan only (0 <= I < N), for schedulers
+    that split an audit across machines or cores; ``glaref report merge`` (``_merge.merge``)
+    joins the shards' JSON reports into the unsharded one.
     """
     pre = _args.check_preset(preset)
     impl_list = _args.split(impls) if impls is not None else list(pre.impls)
     claims = _claims.parse(layout=layout, dtype=dtype, accumulate_dtype=accumulate_dtype,
                            chunk_size=chunk_size, dlog_alpha_form=dlog_alpha_form, gate=gate)
     rows = _args.rows(pre, configs=configs, seqs=seqs, modes=modes, regimes=regimes, seed=seed,
-                      scale=scale, cu_seqlens=cu_seqlens, oracle_impl=oracle_impl)
+                      scale=scale, cu_seqlens=cu_seqlens, oracle_impl=oracle_impl, shard=shard)
     _args.choices("precision", precision, _verdict.PRECISIONS)
     reps = pre.repeats if repeats is None else _args.integer("repeats", repeats, 0)
     if backend is not None and not isinstance(backend, str):

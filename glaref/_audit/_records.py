@@ -146,11 +146,13 @@ def add_probes(rec: dict[str, Any], results) -> dict[str, Any]:
 def header(platform: str, *, preset: str, rows: Rows, impls: list[str], repeats: int,
            claims: Claims, precision: str) -> dict[str, Any]:
     """The report's "config": the audit as run (``claims`` as the caller gave them, before a
-    compute dtype resolved them)."""
+    compute dtype resolved them; ``shard`` only in a shard's report, which ``glaref report merge``
+    joins)."""
+    shard = {} if rows.shard is None else {"shard": f"{rows.shard[0]}/{rows.shard[1]}"}
     return {"device": platform, "configs": {k: list(v) for k, v in rows.configs.items()},
             "seq_lens": rows.seqs, "impls": impls, "repeats": repeats, "modes": rows.modes,
             "dtype": claims.dtype, "layout": claims.layout, "scale": rows.scale,
             "seed": rows.seed, "regimes": rows.regimes, "oracle": rows.oracle, "preset": preset,
             "chunk_size": claims.chunk_size, "accumulate_dtype": claims.accumulate_dtype,
             "dlog_alpha_form": claims.dlog_alpha_form, "gate": claims.gate,
-            "precision": precision, "cu_seqlens": rows.cu_seqlens()}
+            "precision": precision, "cu_seqlens": rows.cu_seqlens(), **shard}

@@ -88,6 +88,12 @@ def jsonable(x: Any) -> Any:
     return x
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 class JsonWriter:
     """Keeps the report and rewrites the whole file atomically after every record."""
 
@@ -113,6 +119,7 @@ class JsonWriter:
             with os.fdopen(fd, "w") as f:
                 json.dump(jsonable(self.doc), f, indent=1, allow_nan=False)
                 f.write("\n")
+            os.chmod(tmp, 0o666 & ~_umask())      # mkstemp's 0600 -> what open() would give
             os.replace(tmp, self.path)
         except BaseException:
             if os.path.exists(tmp):
