@@ -270,7 +270,7 @@ def test_every_mutant_in_both_regimes(name, regime):
 
 
 @pytest.mark.jax
-@pytest.mark.parametrize("member", ["chunked16", "scan"])
+@pytest.mark.parametrize("member", ["scan", pytest.param("chunked16", marks=pytest.mark.slow)])
 def test_correct_kernels_pass_and_get_no_diagnosis(member):
     pytest.importorskip("jax")
     import zoo
