@@ -11,8 +11,10 @@ same (already rounded) inputs, both canonical float64 arrays:
                                                      allowance ``underflow_floor``)
     nonfinite    count of NaN/inf in x, and the index of the first one
 
-The verdict on these figures is ``glaref._verdict.judge`` (budget_ulps against the bound of a
-correct kernel; non-finite values always fail); rel_err and max_abs_err are reported, not judged.
+The verdict on these figures is ``glaref._verdict.assess``: non-finite values always fail; the
+normwise error against that of the same-precision reference kernels (calibrated tier) and
+budget_ulps against the bound of any correct kernel (proven tier) decide; max_abs_err is
+reported, not judged.
 """
 
 from __future__ import annotations

@@ -523,7 +523,7 @@ def where_lines(rec: dict[str, Any]) -> list[str]:
     per failing output with a per-step profile, the steps above the allowed band, the first and
     the worst, and the worst element's index (canonical b, h, t, d); then the diagnosis."""
     lines = []
-    failing = [f.split(":", 1)[0] for f in rec.get("failures", [])]
+    failing = [n for n, tier in (rec.get("failed_tier") or {}).items() if tier != "probe"]
     for name in failing:
         p = (rec.get("where") or {}).get(name)
         if not p:

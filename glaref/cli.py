@@ -29,6 +29,8 @@ from ._audit._args import split as _split
 from ._audit._presets import CONFIGS, PRESETS, parse_config
 from ._errors import AuditEnvironmentError, AuditUsageError, ClaimError
 
+__all__ = ["PROG", "main"]
+
 PROG = "glaref"
 
 # the engine's argument names, as the command line spells them (for its error messages)
@@ -63,9 +65,11 @@ def _parser() -> _Parser:
         "audit", help="audit JAX kernels against the float64 oracle",
         description="Per-output and per-gradient accuracy (vs the float64 oracle), time and XLA "
         "memory of JAX kernels, in the seed report's format. Verdict per output: no non-finite "
-        "value and budget_ulps (error in units of the compute dtype's rounding, relative to the "
-        "sum of |terms|) within the bound of a correct kernel. Exit 0 within the bound, 1 exceeded "
-        "or non-finite, 2 usage error, 3 environment error.")
+        "value; a normwise error within the allowed ratio (x_ref) of the error glaref's "
+        "same-precision reference kernels make on the same inputs (calibrated tier); and "
+        "budget_ulps (error in units of the compute dtype's rounding, relative to the sum of "
+        "|terms|) within the worst case of any correct kernel (proven tier). Exit 0 every row "
+        "within the verdict, 1 a row failed, 2 usage error, 3 environment error.")
     a.add_argument("--impl", help="comma-separated kernels: chunked, scan, package.module:function "
                    "or path/to/file.py:function (default: the preset's, chunked,scan)")
     a.add_argument("--layout", default="bhtd", help="layout the kernels take: bhtd or bthd "
@@ -84,8 +88,10 @@ def _parser() -> _Parser:
     a.add_argument("--repeats", type=int, help="timed repeats per row (default: the preset's, 3; "
                    "0: accuracy only, no timing)")
     a.add_argument("--chunk-size", type=int, help="user kernels: their chunk length (1 for a "
-                   "step-by-step scan), which tightens the error bound; default unknown (the "
-                   "larger bound of 1 and T). Built-in kernels carry their own")
+                   "step-by-step scan): the reference kernels they are held to run at that chunk "
+                   "(and the proven bound follows it). Default unknown: held to 64-step chunks, "
+                   "widened towards a step-by-step scan and 256-step chunks where those err "
+                   "more. Built-in kernels carry their own")
     a.add_argument("--accumulate-dtype", choices=("float64", "float32", "float16", "bfloat16"),
                    help="user kernels: the dtype they accumulate and carry states in when their "
                    "inputs are narrower; default float32, as production kernels do. Give the "
@@ -227,6 +233,8 @@ def _audit(ns: argparse.Namespace) -> int:
         print()
     for note in _report.notes(records):
         print(note)
+    for tb in _report.tracebacks(records):
+        print(tb)
     print(line)
     if ns.plot:
         _report.plot(records, ns.plot)

@@ -19,6 +19,8 @@ import functools
 
 import pytest
 
+__all__ = ["glaref_check", "pytest_addoption", "pytest_configure"]
+
 
 def pytest_addoption(parser):
     group = parser.getgroup("glaref", "glaref: kernels checked against the float64 oracle")

@@ -33,10 +33,11 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from . import _claims, _judge, _where
+from . import _claims, _judge
 from ._audit import _args
 from ._audit._engine import JaxOptions, audit_jax, audit_kernel, check_probes
 from ._audit._presets import Preset
+from ._audit._report import describe, figure
 from ._claims import Claims
 from ._errors import AuditEnvironmentError, AuditUsageError, ClaimError, DTypeError, ShapeError
 from ._frameworks import FRAMEWORKS, detect_framework, dtype_name, to_host_float64
@@ -66,45 +67,6 @@ DEFAULT_SEQS = (1, 63, 65)
 _CHECK = Preset((), {}, DEFAULT_SEQS, ("fwd_bwd",), 0)
 
 
-def _figure(x: Any) -> str:
-    return "-" if x is None else f"{x:.4g}"
-
-
-def _describe(rec: dict[str, Any]) -> str:
-    """One failing row: where it ran, then each failing output's figures (or why nothing ran)."""
-    where = (f"{rec['impl']} {rec['mode']} config {rec['config']} "
-             f"(B={rec['batch']} G={rec['groups']} H={rec['heads']} dk={rec['dk']} dv={rec['dv']}) "
-             f"T={rec['seq']} regime {rec.get('regime')}"
-             + (f" gate {rec['gate']}" if rec.get("gate", "scalar") != "scalar" else ""))
-    if "skipped" in rec:
-        return f"{where}: kernel not measured: {rec['skipped']}"
-    only = f" (forward only: {rec['forward_only']})" if rec.get("forward_only") else ""
-    lines = [f"{where}: {rec.get('verdict')}{only}"]
-    rel = {**(rec.get("rel_err_out") or {}), **(rec.get("rel_err_grads") or {})}
-    first_bad = rec.get("nonfinite_first_index") or {}
-    ratios = rec.get("reference_ratio") or {}
-    base = rec.get("reference_rel_err") or {}
-    tiers = rec.get("failed_tier") or {}
-    for reason in rec.get("failures", []):
-        name = reason.split(":", 1)[0]
-        if name.startswith("probe "):        # glaref._probes: its own line
-            lines.append(f"  {reason}")
-            continue
-        label = name if name in FORWARD else f"{name} (gradient)"
-        figures = (f"{tiers.get(name)} tier: {_figure(ratios.get(name))}x the reference kernels' "
-                   f"error (allowed {_figure(rec.get('allowed_ratio'))}x; rel_err "
-                   f"{_figure(rel.get(name))} vs {_figure(base.get(name))}), "
-                   f"budget_ulps {_figure(rec['budget_ulps'].get(name))} "
-                   f"(proven bound {_figure(rec['budget_bound'].get(name))}), "
-                   f"max_abs_err {_figure(rec['max_abs_err'].get(name))}")
-        if rec["nonfinite"].get(name):
-            figures += (f", {rec['nonfinite'][name]} non-finite, first at "
-                        f"{tuple(first_bad.get(name, ()))}")
-        lines.append(f"  {label}: {figures}")
-    lines += [f"  {line}" for line in _where.where_lines(rec)]
-    return "\n".join(lines)
-
-
 def _framework(kernel: Any, framework: str | None) -> str:
     """The framework ``kernel`` is checked in: ``framework``, or detected from its code; names
     and "module:function" specs are JAX kernels (the audit's)."""
@@ -129,7 +91,8 @@ def parse_claims(claimed: dict[str, Any], function: str, **defaults: Any) -> Cla
     unknown = sorted(set(claimed) - set(CLAIM_KEYWORDS))
     if unknown:
         raise TypeError(f"{function}() got unexpected keyword argument(s) {unknown}, expected "
-                        f"claims among {CLAIM_KEYWORDS}")
+                        f"claims among {CLAIM_KEYWORDS}" + (" (or backend, precision)" if
+                                                            function == "check_kernel" else ""))
     return _claims.parse(**{**defaults, **claimed})
 
 
@@ -168,7 +131,6 @@ def _run_check(kernel, framework, rows, claims: Claims, *, backend, precision, d
 def check_kernel(kernel: Callable | str, *, framework: str | None = None,
                  configs=DEFAULT_CONFIG, seqs=None, regimes="standard",
                  modes=("fwd_bwd",), seed: int = 0, scale: float = 1.0, cu_seqlens=None,
-                 backend: str | None = None, precision: str = "default",
                  device: str | None = None, probes=None,
                  **claims: Any) -> list[dict[str, Any]]:
     """Assert that ``kernel`` agrees with the float64 oracle; return the records (one per row,
@@ -194,9 +156,6 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
     cu_seqlens : str or sequence of int, optional
         Packed sequences, as ``glaref.audit``'s ("0,5,5,40" or "random:N"); the kernel receives
         the offsets as the keyword ``cu_seqlens=`` (a NumPy int64 array; for torch a tensor).
-    backend, precision : str, optional
-        JAX only: the device platform, and jax's matmul precision (which makes float32 "tf32" on
-        an NVIDIA GPU).
     device : str, optional
         torch only: where the inputs go, "cpu" (default) or "cuda".
     probes : bool, str or sequence of str, optional
@@ -205,6 +164,8 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
         no dependence on later steps, isolated packed sequences, structured cotangents, chunk
         boundaries. A failing probe fails the row, with its own line in the AssertionError.
     **claims
+        JAX only, beside the claims: ``backend`` (the device platform, "cpu" or "gpu") and
+        ``precision`` (jax's matmul precision, which makes float32 "tf32" on an NVIDIA GPU).
         What the kernel claims (``glaref._claims.Claims``): dtype (default "float32"), layout
         ("bhtd"), chunk_size (1 for a step-by-step scan; None, unknown, judges it between the
         extremes), accumulate_dtype (what a 16-bit kernel accumulates in; None: float32),
@@ -234,6 +195,7 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
         jax missing for a JAX kernel, or rows glaref declines for lack of memory.
     """
     __tracebackhide__ = True
+    backend, precision = claims.pop("backend", None), claims.pop("precision", "default")
     try:
         parsed = parse_claims(claims, "check_kernel")
         rows = _args.rows(_CHECK, configs=configs, seqs=seqs, modes=modes,
@@ -253,7 +215,7 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
             + "; ".join(f"{r['mode']} config {r['config']} T={r['seq']}: {r['skipped']}"
                         for r in declined))
     if bad:
-        rows_text = "\n".join(_describe(r) for r in bad)
+        rows_text = "\n".join(describe(r) for r in bad)
         raised = [r for r in bad if r.get("traceback")]
         what = ("kernel raised" if raised and len(raised) == len(bad) else
                 "kernel disagrees with the glaref oracle")
@@ -397,9 +359,9 @@ def _table(per, worst: dict, skipped: list[str], unjudged: list[str]) -> str:
         label = name if name in FORWARD else f"d{name}"
         nonfinite = "-" if not a.nonfinite else f"{a.nonfinite}, first at {tuple(a.first_nonfinite)}"
         at = worst.get(name)
-        rows.append((label, "ok" if a.ok else f"FAIL {a.failed_tier}", _figure(a.ratio),
-                     _figure(a.allowed_ratio), _figure(a.rel_err), _figure(a.baseline_rel_err),
-                     _figure(a.budget_ulps), _figure(a.bound), _figure(a.max_abs_err),
+        rows.append((label, "ok" if a.ok else f"FAIL {a.failed_tier}", figure(a.ratio),
+                     figure(a.allowed_ratio), figure(a.rel_err), figure(a.baseline_rel_err),
+                     figure(a.budget_ulps), figure(a.bound), figure(a.max_abs_err),
                      "-" if at is None else str(at), nonfinite))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
@@ -414,47 +376,59 @@ def _table(per, worst: dict, skipped: list[str], unjudged: list[str]) -> str:
 def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] | None = None, *,
                            oracle_impl: str | None = None, **given: Any) -> dict[str, Any]:
     """Assert that a kernel's outputs and gradients, computed anywhere, agree with the float64
-    oracle on the inputs the kernel received; return the figures (one
-    ``glaref._verdict.Assessment`` per judged output: rel_err, ratio, budget_ulps, bound, ...).
+    oracle on the inputs the kernel received.
 
         got = fla.simple_gla_outputs(o, ht, q.grad, k.grad, v.grad, g.grad, h0.grad)
         gt.assert_close_to_oracle(got, fla.simple_gla_inputs(q, k, v, g, initial_state=h0,
                                                              do=do, dht=dht))
 
-    actual: glaref's names (o, h_T, q, k, v, log_alpha, h0: the gradients under the names of
-        their inputs) to arrays of any framework and device (torch CPU or CUDA tensors, NumPy,
-        JAX, CuPy, DLPack); None or missing means not computed: skipped, not failed. Optional
+    The verdict is the audit's (``glaref._judge``): each output passes when finite, within
+    ``calibrated_ratio`` times the error of glaref's same-precision reference kernels on the same
+    inputs (NumPy/Numba: no JAX at any dtype) and within the proven worst-case bound. Vector
+    gates (GLA: log_alpha (B, H, T, dk), ``fla.gla_inputs``) are judged like scalar ones;
+    dlog_alpha then has log_alpha's shape.
+
+    Parameters
+    ----------
+    actual : mapping
+        glaref's names (o, h_T, q, k, v, log_alpha, h0: the gradients under the names of their
+        inputs) to arrays of any framework and device (torch CPU or CUDA tensors, NumPy, JAX,
+        CuPy, DLPack); None or missing means not computed: skipped, not failed. Optional
         ``dtypes`` ({name: dtype name}, what each result was returned in; by default the array's
         own dtype) and ``log_alpha_bt_sum`` (FLA's dg_gamma: listed, not judged), as
         ``glaref.conventions.fla.simple_gla_outputs`` gives them.
-    inputs: a mapping with keys q, k, v, log_alpha, h0, do, dh_T, scale, layout, dtype (what
+    inputs : mapping, optional
+        Keys q, k, v, log_alpha, h0, do, dh_T, scale, layout, dtype (what
         ``fla.simple_gla_inputs`` returns), or None with the same as keywords. They must be
         exactly what the kernel received (nothing is rounded: q, k, v not representable in
         ``dtype`` are refused); do and dh_T are the cotangents of the backward pass (dh_T None:
         h_T had none); h0 None means zeros; scale defaults to 1.0 (glaref's); layout ("bhtd" or
         "bthd") is that of the inputs and of ``actual``; dtype, the dtype the kernel received,
         defaults to q's.
-    compute_dtype: the arithmetic the errors are measured in (default ``dtype``): "tf32" for a
-        float32 kernel whose matmuls run as TF32 (a Triton ``tl.dot``, torch with allow_tf32).
-    accumulate_dtype: what a 16-bit kernel accumulates and carries its states in (None: float32,
-        what production kernels do). chunk_size: the kernel's chunk length (1: step by step;
-        None: unknown). operand_dtype: the format the kernel rounds its matrix products'
-        operands to (None: none beyond its inputs' dtype), as :func:`check_kernel`'s.
-        dlog_alpha_form: "identity", "direct" or None (unknown), as :func:`check_kernel`'s
-        (flash-linear-attention's chunk kernels use the identity, its fused_recurrent ones the
-        direct form). As :func:`check_kernel` and ``glaref audit``.
+    oracle_impl : {"numba", "numpy"}, optional
+        The oracle's implementation (default Numba's when installed).
+    **given
+        The inputs' keys as keywords, and the kernel's claims (``glaref._claims.Claims``), as
+        :func:`check_kernel`'s: compute_dtype (default ``dtype``; "tf32" for a float32 kernel
+        whose matmuls run as TF32), accumulate_dtype (None: float32), operand_dtype, chunk_size
+        (1: step by step; None: unknown), dlog_alpha_form ("identity", flash-linear-attention's
+        chunk kernels; "direct", its fused_recurrent ones; None: unknown), decay_form, grads.
 
-    The verdict is the audit's (``glaref._judge``): each output passes when finite, within
-    ``calibrated_ratio`` times the error of glaref's same-precision reference kernels on the same
-    inputs (NumPy/Numba: no JAX at any dtype) and within the proven worst-case bound. Otherwise
-    AssertionError with a table of every judged output (tier, ratio to the reference kernels,
-    rel_err of both, budget_ulps and the proven bound, max_abs_err and its index, first
-    non-finite index; indices in ``layout``), whose attribute ``assessments`` holds the figures
-    the function would have returned (for reports that record failing cases too). Bad arguments
-    raise ValueError or TypeError subclasses naming the argument.
+    Returns
+    -------
+    dict
+        One ``glaref._verdict.Assessment`` per judged output (rel_err, ratio, budget_ulps,
+        bound, ...).
 
-    Vector gates (GLA: log_alpha (B, H, T, dk), ``fla.gla_inputs``) are judged like scalar ones;
-    dlog_alpha then has log_alpha's shape.
+    Raises
+    ------
+    AssertionError
+        With a table of every judged output (tier, ratio to the reference kernels, rel_err of
+        both, budget_ulps and the proven bound, max_abs_err and its index, first non-finite
+        index; indices in the caller's ``layout``); its attribute ``assessments`` holds the
+        figures the function would have returned.
+    ValueError, TypeError
+        Bad arguments, naming the argument (``glaref.ClaimError`` for a bad claim).
     """
     __tracebackhide__ = True
     args = _gather_inputs(inputs, {k: given.pop(k) for k in _INPUT_KEYS if k in given})

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = ["SMALLEST_NORMAL", "TOLERANCES", "Tolerance", "UNIT_ROUNDOFF", "lookup", "tol"]
+
 # Unit roundoff u = 2**-p for a p-bit significand (round to nearest).
 UNIT_ROUNDOFF = {
     "float64": 2.0**-53,
@@ -33,7 +35,7 @@ TOLERANCES: dict[str, Tolerance] = {
         "Normwise relative gap between the two float64 oracles. Both sum the same terms in a "
         "different order (blocked vs. step by step); the gap is bounded by ~ n * u64 * kappa with "
         "n the accumulation length (<= T + dk) and kappa the ratio of the sum of |terms| to |sum|. "
-        "1e-13 ~ 900 u64 leaves room for n up to ~1e3 on well-scaled inputs; the issue fixes it.",
+        "1e-13 ~ 900 u64 leaves room for n up to ~1e3 on well-scaled inputs.",
     ),
     # ---- trust of the oracle from outside it (tests/test_reference_trust.py, test_structure.py) ----
     # Shared derivation. A float64 evaluation of any element of o, h_T or a gradient, in any

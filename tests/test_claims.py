@@ -4,6 +4,8 @@ check_kernel, a raising kernel's traceback as the AssertionError's cause."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -122,3 +124,18 @@ def test_a_raising_kernels_traceback_is_the_assertions_cause():
     cause = str(info.value.__cause__)
     assert "broken_numpy_kernel" in cause and "np.linalg.inv(q)" in cause, cause
     assert "_frameworks.py" not in cause and "_engine.py" not in cause, cause
+
+
+def test_the_cli_shows_a_raising_kernels_traceback_under_the_table(capsys, tmp_path):
+    from glaref.cli import main
+
+    code = main(["audit", "--impl", "tests/audit_kernels.py:raising_kernel", "--config", TINY,
+                 "--seq", "20", "--mode", "fwd", "--repeats", "0", "--oracle", "numpy",
+                 "--no-progress", "--json", str(tmp_path / "r.json")])
+    out = capsys.readouterr().out
+    assert code == 1
+    tb = out[out.index("traceback of "):]
+    assert "Traceback (most recent call last)" in tb and "audit_kernels.py" in tb, out
+    assert "_runners.py" not in tb and "_engine.py" not in tb, tb
+    row, = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert row["ok"] is False and "audit_kernels.py" in row["traceback"]

@@ -17,6 +17,7 @@ from .. import _problems
 from .. import regimes as _regimes
 from .._errors import AuditUsageError, GlarefError
 from .._inputs import Dims, check_cu_seqlens, check_scale
+from ._family import SCALAR_GATE, Family
 from ._presets import MODES, PRESETS, Preset, check_config, config_name, parse_config
 
 __all__ = ["Rows", "check_preset", "choices", "default_oracle", "integer", "rows", "split"]
@@ -165,8 +166,9 @@ def _packing(cu_seqlens) -> np.ndarray | int | None:
 @dataclass(frozen=True)
 class Rows:
     """The rows an audit runs and how its problems are made, checked: the configs, sequence
-    lengths, modes, regimes, input seed, scale, packing (None, offsets or "random:N"'s N) and
-    the oracle's implementation."""
+    lengths, modes, regimes, input seed, scale, packing (None, offsets or "random:N"'s N), the
+    oracle's implementation, the shard (I, N) or None, and the recurrence family
+    (``_family.Family``) whose problems they are."""
 
     configs: dict[str, tuple[int, ...]]
     seqs: list[int]
@@ -177,6 +179,7 @@ class Rows:
     packing: Any
     oracle: str
     shard: tuple[int, int] | None = None
+    family: Family = SCALAR_GATE
 
     def offsets(self, T: int) -> np.ndarray | None:
         """The offsets of one problem of length T: the explicit ones, or N random lengths drawn

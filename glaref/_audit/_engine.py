@@ -4,7 +4,8 @@ For every regime, config, sequence length (and the sizes the regime derives from
 of ``glaref._problems``) the float64 inputs are generated once, rounded once to the audited dtype
 (so the oracle sees exactly what the kernel sees and only the kernel's arithmetic is measured),
 and the oracle runs once (``glaref._judge.Truth``: forward, vjp, the error scales and the
-reference kernels, each timed on its own and never counted as the kernel's). Then for every mode
+reference kernels, each timed on its own and never counted as the kernel's), all of them the
+recurrence family's (``_family.Family``: ``Rows.family``). Then for every mode
 and kernel a runner (``glaref._audit._runners``: JAX, or torch and NumPy) runs the kernel, the
 verdict (``glaref._judge.assess_outputs`` -> ``glaref._verdict.assess``) judges what it gave,
 and one record (``glaref._audit._records``) goes to the caller, the JSON file (rewritten
@@ -28,38 +29,17 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-import numpy as np
-
-from .. import _claims, _judge, _problems, _verdict
+from .. import _claims, _verdict
 from .._claims import Claims
 from .._errors import AuditUsageError, NonFiniteError
 from .._frameworks import FRAMEWORKS
 from .._inputs import Dims
-from .._oracle import backend as oracle_backend
 from . import _args, _device, _records, _report
 from ._presets import BUILTIN_IMPLS
 from ._runners import FrameworkRunner, JaxRunner
 from ._subjects import Subject, framework_subject, resolve
 
 __all__ = ["JaxOptions", "audit", "audit_jax", "audit_kernel", "oracle_bytes", "run_rows"]
-
-
-def _warm_oracle(impl: str, gate: str = "scalar", packed: bool = False) -> None:
-    """Compile the Numba oracle (if cached, load it) outside every timing, for the gate kind
-    and packing the audit runs."""
-    be = oracle_backend(impl)
-    rng = np.random.default_rng(0)
-    q = rng.standard_normal((1, 1, 3, 2))
-    v = rng.standard_normal((1, 1, 3, 2))
-    la = -np.ones((1, 1, 3) if gate == "scalar" else (1, 1, 3, 2))
-    h0 = np.zeros((1, 1, 2, 2))
-    be.forward(q, q, v, la, h0, 1.0)
-    be.vjp(q, q, v, la, h0, v, h0, 1.0)
-    if packed:
-        cu = np.array([0, 1, 3])
-        h0 = np.zeros((2, 1, 2, 2))
-        be.forward(q, q, v, la, h0, 1.0, cu_seqlens=cu)
-        be.vjp(q, q, v, la, h0, v, h0, 1.0, cu_seqlens=cu)
 
 
 def oracle_bytes(dims: Dims, modes: Iterable[str]) -> int:
@@ -134,7 +114,7 @@ class _Audit:
 
 def run_rows(a: _Audit, sink: _Sink) -> list[dict[str, Any]]:
     """Every row of the audit ``a``, problem by problem, into ``sink``; its records."""
-    _warm_oracle(a.rows.oracle, a.claims.gate, a.rows.packing is not None)
+    a.rows.family.warm(a.rows.oracle, a.claims.gate, a.rows.packing is not None)
     for regime, cname, dims in a.rows.plan():
         _problem_rows(a, sink, regime, cname, dims)
     return sink.records
@@ -152,11 +132,12 @@ def _problem_rows(a: _Audit, sink: _Sink, regime: str, cname: str, dims: Dims) -
                 sink.add(_records.declined(subject, mode, where, a.rows, reason,
                                             a.runner.params))
         return
-    problem = _problems.make_problem(regime, dims, a.rows.seed, a.claims.dtype, gate=a.claims.gate,
-                                     cu_seqlens=a.rows.offsets(dims.T))
+    family = a.rows.family
+    problem = family.make_problem(regime, dims, a.rows.seed, a.claims.dtype, gate=a.claims.gate,
+                                  cu_seqlens=a.rows.offsets(dims.T))
     kind = "" if a.claims.gate == "scalar" else f", {a.claims.gate} gates"
     kind += "" if a.rows.packing is None else f", {problem.n_states} packed sequences"
-    truth = _judge.Truth(problem, a.rows.scale, a.rows.oracle)
+    truth = family.truth(problem, a.rows.scale, a.rows.oracle)
     try:
         truth.forward()
         prepared = a.runner.prepare(problem)
@@ -207,16 +188,24 @@ def _check_user_claims(impl_list: list, chunk_size, accumulate_dtype, dlog_alpha
 
 # ---------------------------------------------------------------- the faces
 
+# audit's keywords beyond its named parameters: the kernels' claims (glaref._claims.parse), and
+# how the rows are run, with their defaults
+CLAIMS = ("dtype", "layout", "chunk_size", "accumulate_dtype", "dlog_alpha_form", "gate")
+RUN_DEFAULTS = {"precision": "default", "backend": None, "repeats": None, "scale": 1.0,
+                "oracle_impl": None, "cu_seqlens": None, "memory_guard": True, "shard": None,
+                "probes": None}
+
+
 def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "quick",
-          dtype: str = "float32", precision: str = "default", backend: str | None = None,
-          layout: str = "bhtd", scale: float = 1.0, repeats: int | None = None, seed: int = 0,
-          regimes="standard", json_path=None, oracle_impl: str | None = None,
-          chunk_size: int | None = None, accumulate_dtype: str | None = None,
-          dlog_alpha_form: str | None = None, gate: str = "scalar", cu_seqlens=None,
+          regimes="standard", seed: int = 0, json_path=None,
           on_record: Callable[[dict], None] | None = None,
-          progress: Callable[[str], None] | None = None,
-          memory_guard: bool = True, shard=None, probes=None) -> list[dict[str, Any]]:
+          progress: Callable[[str], None] | None = None, **options: Any) -> list[dict[str, Any]]:
     """Audit JAX kernels against the float64 oracle; returns one record per row.
+
+    Keywords beyond the named parameters (``options``): the kernels' claims (``CLAIMS``: dtype,
+    layout, chunk_size, accumulate_dtype, dlog_alpha_form, gate) and how the rows run
+    (``RUN_DEFAULTS``: precision, backend, repeats, scale, oracle_impl, cu_seqlens, memory_guard,
+    shard, probes); any other keyword is a TypeError naming it.
 
     impls: built-in names ("chunked", "scan"), "package.module:function",
         "path/to/file.py:function" or callables ``(q, k, v, log_alpha, h0) -> o | (o, h_T)``.
@@ -268,21 +257,27 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     that split an audit across machines or cores; ``glaref report merge`` (``_merge.merge``)
     joins the shards' JSON reports into the unsharded one.
     """
+    unknown = sorted(set(options) - set(CLAIMS) - set(RUN_DEFAULTS))
+    if unknown:
+        raise TypeError(f"audit() got unexpected keyword argument(s) {unknown}, expected claims "
+                        f"{CLAIMS} or options {tuple(RUN_DEFAULTS)}")
+    run = {**RUN_DEFAULTS, **{k: v for k, v in options.items() if k in RUN_DEFAULTS}}
     pre = _args.check_preset(preset)
     impl_list = _args.split(impls) if impls is not None else list(pre.impls)
-    claims = _claims.parse(layout=layout, dtype=dtype, accumulate_dtype=accumulate_dtype,
-                           chunk_size=chunk_size, dlog_alpha_form=dlog_alpha_form, gate=gate)
+    claims = _claims.parse(**{k: v for k, v in options.items() if k in CLAIMS})
     rows = _args.rows(pre, configs=configs, seqs=seqs, modes=modes, regimes=regimes, seed=seed,
-                      scale=scale, cu_seqlens=cu_seqlens, oracle_impl=oracle_impl, shard=shard)
+                      scale=run["scale"], cu_seqlens=run["cu_seqlens"],
+                      oracle_impl=run["oracle_impl"], shard=run["shard"])
+    precision, backend = run["precision"], run["backend"]
     _args.choices("precision", precision, _verdict.PRECISIONS)
-    reps = pre.repeats if repeats is None else _args.integer("repeats", repeats, 0)
+    reps = pre.repeats if run["repeats"] is None else _args.integer("repeats", run["repeats"], 0)
     if backend is not None and not isinstance(backend, str):
         raise AuditUsageError(f"backend: got {backend!r}, expected a platform name such as "
                               "'cpu' or 'gpu', or None")
     if json_path is not None:
         json_path = _report.check_output(json_path, "json_path")
     how = JaxOptions(preset, precision, backend, reps, json_path, on_record, progress,
-                     memory_guard, check_probes(probes))
+                     run["memory_guard"], check_probes(run["probes"]))
     return audit_jax(impl_list, rows, claims, how)
 
 

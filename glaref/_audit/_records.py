@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from .. import _judge, _metrics, _where
 from .._claims import Claims
-from .._inputs import FORWARD, GRADS, Dims
+from .._inputs import Dims
 from ..tolerances import tol
 from . import _report
 from ._args import Rows
@@ -99,8 +99,8 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
     rec.update(m.fields)
     rec["rel_err"] = _worst(a.rel_err for a in per.values())
     if m.mode == "fwd_bwd":
-        rec["rel_err_grads"] = {n: per[n].rel_err for n in GRADS if n in per}
-    rec["rel_err_out"] = {n: per[n].rel_err for n in FORWARD if n in per}
+        rec["rel_err_grads"] = {n: per[n].rel_err for n in rows.family.grads if n in per}
+    rec["rel_err_out"] = {n: per[n].rel_err for n in rows.family.outputs if n in per}
     rec["max_abs_err"] = {n: a.max_abs_err for n, a in per.items()}
     rec["reference_rel_err"] = {n: a.baseline_rel_err for n, a in per.items()}
     rec["reference_ratio"] = {n: a.ratio for n, a in per.items()}
@@ -135,9 +135,11 @@ def add_probes(rec: dict[str, Any], results) -> dict[str, Any]:
     """The probes' results (``glaref._probes.ProbeResult``) into a measured row's record: under
     ``probes``, and each failing one among its failures (the row fails)."""
     rec["probes"] = [r.summary() for r in results]
-    bad = [f"probe {r.probe}: {r.detail}" for r in results if r.passed is False]
+    bad = [r for r in results if r.passed is False]
     if bad and "skipped" not in rec:
-        rec["failures"] = rec.get("failures", []) + bad
+        rec["failures"] = rec.get("failures", []) + [f"probe {r.probe}: {r.detail}" for r in bad]
+        rec["failed_tier"] = {**rec.get("failed_tier", {}),
+                              **{f"probe {r.probe}": "probe" for r in bad}}
         rec["ok"] = False
         rec["verdict"] = _report.verdict(rec)
     return rec

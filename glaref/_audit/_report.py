@@ -23,6 +23,7 @@ from typing import Any, Iterable, TextIO
 
 from .._errors import AuditEnvironmentError, AuditUsageError
 from .._inputs import FORWARD, GRADS, OUTPUTS
+from .._where import where_lines
 
 # Record keys beyond the seed report's (tests hold the schema to exactly these).
 RECORD_ADDITIONS = (
@@ -140,8 +141,8 @@ def _e(x) -> str:
 
 
 def failed_outputs(r: dict[str, Any]) -> list[str]:
-    """The outputs a record failed on (each reason of ``failures`` starts with "<output>: ")."""
-    return [f.split(":", 1)[0] for f in r.get("failures", [])]
+    """The outputs a measured record failed on, in order (the keys of its ``failed_tier``)."""
+    return list(r.get("failed_tier") or {})
 
 
 SHORT = {"o": "o", "h_T": "h_T", "q": "q", "k": "k", "v": "v", "log_alpha": "la", "h0": "h0"}
@@ -189,6 +190,8 @@ def verdict(r: dict[str, Any]) -> str:
             parts.append(f"{SHORT.get(n, n)}:{ratios[n]:.3g}x")
         elif t == "nonfinite":
             parts.append(f"{SHORT.get(n, n)}:nan")
+        elif t == "probe":                  # "probe determinism" (glaref._probes)
+            parts.append(n)
         elif t:
             parts.append(f"{SHORT.get(n, n)}:{t}")
         else:
@@ -254,7 +257,8 @@ class Table:
         if self.packed:
             cu = r.get("cu_seqlens")
             reg += f"{'-' if cu is None else len(cu) - 1:>5} "
-        lead = f"{r['impl']:<{self.w_impl}} {r['mode']:<7} {reg}{r['config']:<{self.w_cfg}} {r['seq']:>5} "
+        lead = (f"{r['impl']:<{self.w_impl}} {r['mode']:<7} {reg}"
+                f"{r['config']:<{self.w_cfg}} {r['seq']:>5} ")
         if "skipped" in r:
             tail = "FAIL" if r.get("ok") is False else "skipped"
             return lead + f"{tail}: {r['skipped']}"
@@ -263,7 +267,11 @@ class Table:
         used = bound_used(r)
         used_s = "-" if used is None else "inf" if math.isinf(used) else f"{used:.2g}"
         name, ratio = reference_used(r)
-        ref_s = "-" if ratio is None else (f"{ratio:.2g}" if math.isfinite(ratio) else "inf") \
+        bad = [n for n, c in (r.get("nonfinite") or {}).items() if c]
+        if bad:                 # a row with non-finite values has no finite ratio to show
+            name, ratio = bad[0], math.nan
+        ref_s = "-" if ratio is None else (f"{ratio:.2g}" if math.isfinite(ratio) else
+                                           "nan" if math.isnan(ratio) else "inf") \
             + f"({SHORT.get(name, name)})"
         return (lead + f"{_f(r.get('median_ms'), '9.2f')} {_f(r.get('compile_s'), '9.2f')} "
                 f"{_f(r.get('xla_temp_mb'), '8.1f')} {_f(r.get('residual_mb'), '8.1f')} "
@@ -292,6 +300,58 @@ def _where(r: dict[str, Any]) -> str:
         where.append(f"packed {r['cu_seqlens']}")
     reg = f" ({', '.join(where)})" if where else ""
     return f"{r['impl']} {r['mode']} {r['config']} T={r['seq']}{reg}"
+
+
+def figure(x: Any) -> str:
+    """A figure in messages: 4 significant digits, '-' for None."""
+    return "-" if x is None else f"{x:.4g}"
+
+
+def describe(r: dict[str, Any]) -> str:
+    """A failing row in full: where it ran, then each failing output's figures (or why nothing
+    could be measured). The one wording of ``glaref.testing``'s AssertionError and of the
+    failures the CLI lists under its table."""
+    where = (f"{r['impl']} {r['mode']} config {r['config']} "
+             f"(B={r['batch']} G={r['groups']} H={r['heads']} dk={r['dk']} dv={r['dv']}) "
+             f"T={r['seq']} regime {r.get('regime')}"
+             + (f" gate {r['gate']}" if r.get("gate", "scalar") != "scalar" else ""))
+    if "skipped" in r:
+        return f"{where}: kernel not measured: {r['skipped']}"
+    only = f" (forward only: {r['forward_only']})" if r.get("forward_only") else ""
+    lines = [f"{where}: {r.get('verdict')}{only}"]
+    rel = {**(r.get("rel_err_out") or {}), **(r.get("rel_err_grads") or {})}
+    first_bad = r.get("nonfinite_first_index") or {}
+    ratios = r.get("reference_ratio") or {}
+    base = r.get("reference_rel_err") or {}
+    for name, tier in (r.get("failed_tier") or {}).items():
+        if tier == "probe":                 # worded below, from the record's probes
+            continue
+        label = name if name in FORWARD else f"{name} (gradient)"
+        figures = (f"{tier} tier: {figure(ratios.get(name))}x the reference kernels' "
+                   f"error (allowed {figure(r.get('allowed_ratio'))}x; rel_err "
+                   f"{figure(rel.get(name))} vs {figure(base.get(name))}), "
+                   f"budget_ulps {figure(r['budget_ulps'].get(name))} "
+                   f"(proven bound {figure(r['budget_bound'].get(name))}), "
+                   f"max_abs_err {figure(r['max_abs_err'].get(name))}")
+        if r["nonfinite"].get(name):
+            figures += (f", {r['nonfinite'][name]} non-finite, first at "
+                        f"{tuple(first_bad.get(name, ()))}")
+        lines.append(f"  {label}: {figures}")
+    # where the errors are (glaref._where) and the failing probes (glaref._probes)
+    lines += [f"  {line}" for line in where_lines(r)]
+    lines += [f"  probe {p['probe']}: {p['detail']}" for p in r.get("probes") or []
+              if p["passed"] is False]
+    return "\n".join(lines)
+
+
+def tracebacks(records: list[dict[str, Any]], most: int = 2) -> list[str]:
+    """Where the kernels that raised raised: the tracebacks of the first ``most`` such rows
+    (the kernel's frames; all are in the JSON report's ``traceback``)."""
+    raised = [r for r in records if r.get("traceback")]
+    out = [f"traceback of {_where(r)}:\n{r['traceback'].rstrip()}" for r in raised[:most]]
+    if len(raised) > most:
+        out.append(f"({len(raised) - most} more tracebacks in the JSON report)")
+    return out
 
 
 def summary(records: list[dict[str, Any]]) -> tuple[int, str]:
