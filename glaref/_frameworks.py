@@ -226,7 +226,7 @@ def _canonical_problem(arrays: dict[str, np.ndarray], p: Problem, layout: str) -
     """The float64 canonical problem from the arrays the kernel received (already float64)."""
     vals = {n: (None if arrays[n] is None else to_canonical(arrays[n], _KIND[n], layout))
             for n in ARRAYS}
-    return Problem(**vals, dims=p.dims)
+    return Problem(**vals, dims=p.dims, cu_seqlens=p.cu_seqlens)
 
 
 def _read(x: Any, name: str, kind: str, layout: str) -> np.ndarray:

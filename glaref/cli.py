@@ -125,6 +125,10 @@ def _parser() -> _Parser:
                    "after every row; a missing directory is created")
     a.add_argument("--plot", metavar="FILE.png", help="error vs seq per gradient and time vs seq, "
                    "as .png, .pdf or .svg (needs matplotlib); a missing directory is created")
+    a.add_argument("--probes", nargs="?", const="all", metavar="NAMES",
+                   help="also run the probes on every fwd_bwd row: all, or comma-separated from "
+                   "determinism, causality, packed, cotangents, chunk_sweep (each a pass/fail "
+                   "line under the row; a failing probe fails it)")
     a.add_argument("--exit-zero", action="store_true", help="exit 0 even when an error bound is "
                    "exceeded (usage and environment errors still exit 2 and 3)")
     a.add_argument("--no-progress", "--quiet", dest="progress", action="store_false",
@@ -209,7 +213,7 @@ def _audit(ns: argparse.Namespace) -> int:
               repeats=ns.repeats, seed=ns.seed, regimes=ns.regime, json_path=ns.json,
               oracle_impl=ns.oracle, chunk_size=ns.chunk_size,
               accumulate_dtype=ns.accumulate_dtype, dlog_alpha_form=ns.dlog_alpha_form,
-              gate=ns.gate, cu_seqlens=ns.cu_seqlens, shard=ns.shard,
+              gate=ns.gate, cu_seqlens=ns.cu_seqlens, shard=ns.shard, probes=ns.probes,
               on_record=keep, progress=progress if ns.progress else None)
     except AuditUsageError as exc:
         _err(exc)

@@ -35,7 +35,7 @@ import numpy as np
 
 from . import _claims, _judge
 from ._audit import _args
-from ._audit._engine import JaxOptions, audit_jax, audit_kernel
+from ._audit._engine import JaxOptions, audit_jax, audit_kernel, check_probes
 from ._audit._presets import Preset
 from ._audit._report import describe, figure
 from ._claims import Claims
@@ -96,7 +96,8 @@ def parse_claims(claimed: dict[str, Any], function: str, **defaults: Any) -> Cla
     return _claims.parse(**{**defaults, **claimed})
 
 
-def _run_check(kernel, framework, rows, claims: Claims, *, backend, precision, device):
+def _run_check(kernel, framework, rows, claims: Claims, *, backend, precision, device,
+               probes=None):
     """check_kernel's rows: JAX kernels through ``audit_jax``, torch/NumPy ones through
     ``audit_kernel``."""
     fw = _framework(kernel, framework)
@@ -108,7 +109,8 @@ def _run_check(kernel, framework, rows, claims: Claims, *, backend, precision, d
                                       "audit derives the arithmetic from dtype, precision and "
                                       "backend, and places the arrays itself)")
         _args.choices("precision", precision, PRECISIONS)
-        how = JaxOptions(precision=precision, backend=backend, repeats=0)
+        how = JaxOptions(precision=precision, backend=backend, repeats=0,
+                         probes=check_probes(probes))
         return audit_jax([kernel], rows, claims, how)
     if backend is not None:
         raise AuditUsageError(f"backend: got {backend!r} for a {fw} kernel, expected None "
@@ -118,7 +120,7 @@ def _run_check(kernel, framework, rows, claims: Claims, *, backend, precision, d
                               "'default' (jax's matmul precision; for TF32 matmuls pass "
                               "compute_dtype='tf32')")
     records = audit_kernel(kernel, rows, claims, framework=fw, detected=framework is None,
-                           device=device)
+                           device=device, probes=probes)
     lost = sorted({r["forward_only"] for r in records if r.get("forward_only")})
     if fw == "torch" and lost and "fwd_bwd" in rows.modes:
         warnings.warn(f"{records[0]['impl']}: gradients not checked, forward only: "
@@ -129,7 +131,8 @@ def _run_check(kernel, framework, rows, claims: Claims, *, backend, precision, d
 def check_kernel(kernel: Callable | str, *, framework: str | None = None,
                  configs=DEFAULT_CONFIG, seqs=None, regimes="standard",
                  modes=("fwd_bwd",), seed: int = 0, scale: float = 1.0, cu_seqlens=None,
-                 device: str | None = None, **claims: Any) -> list[dict[str, Any]]:
+                 device: str | None = None, probes=None,
+                 **claims: Any) -> list[dict[str, Any]]:
     """Assert that ``kernel`` agrees with the float64 oracle; return the records (one per row,
     as :func:`glaref.audit` gives them).
 
@@ -155,6 +158,11 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
         the offsets as the keyword ``cu_seqlens=`` (a NumPy int64 array; for torch a tensor).
     device : str, optional
         torch only: where the inputs go, "cpu" (default) or "cuda".
+    probes : bool, str or sequence of str, optional
+        Also run the probes of ``glaref._probes`` on every fwd_bwd row (True or "all", or names
+        among determinism, causality, packed, cotangents, chunk_sweep): bit-identical reruns,
+        no dependence on later steps, isolated packed sequences, structured cotangents, chunk
+        boundaries. A failing probe fails the row, with its own line in the AssertionError.
     **claims
         JAX only, beside the claims: ``backend`` (the device platform, "cpu" or "gpu") and
         ``precision`` (jax's matmul precision, which makes float32 "tf32" on an NVIDIA GPU).
@@ -193,7 +201,7 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
         rows = _args.rows(_CHECK, configs=configs, seqs=seqs, modes=modes,
                           regimes=regimes, seed=seed, scale=scale, cu_seqlens=cu_seqlens)
         records = _run_check(kernel, framework, rows, parsed, backend=backend,
-                             precision=precision, device=device)
+                             precision=precision, device=device, probes=probes)
     except ClaimError as exc:
         # raised afresh from here, so that a test report shows this one line, not the engine
         raise ClaimError(exc.argument, exc.detail) from None

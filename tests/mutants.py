@@ -27,6 +27,8 @@ import functools
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 BASE_CHUNK = 16
 
 MUTANT_DOCS = {
@@ -44,6 +46,24 @@ MUTANT_DOCS = {
 }
 MUTANT_NAMES = tuple(MUTANT_DOCS)
 
+# One mutant per pattern of glaref._where that the mutants above do not show in the standard and
+# strong_decay regimes at even sizes (tests/test_where.py), and one per probe of glaref._probes
+# (tests/test_probes.py). Kept apart from MUTANTS, whose every member tests/test_detection.py
+# expects flagged by the verdict: the probe mutants pass it on purpose.
+PATTERN_DOCS = {
+    "head_group_map": "heads mapped to q/k groups by tiling (h % G) instead of repeating (h // (H/G))",
+    "ragged_tail": "the last partial chunk's mask one row short (its last valid row dropped)",
+    "global_cumsum_f16": "decays from a whole-sequence cumulative sum of log_alpha held in float16",
+    "wrong_scale": "q scaled by a constant off by 2^-10 (a wrong or badly rounded scale)",
+    "dv_tile": "the dv tile covers only the first dv - dv // 4 columns (the rest never written)",
+}
+PROBE_DOCS = {
+    "nondeterministic": "a reduction whose order changes from run to run: the last bit of ~1% "
+                        "of o's elements flips at random (within every tolerance)",
+    "reads_ahead": "the in-chunk causal mask one step wide: o_t reads k_{t+1}, v_{t+1}",
+    "packed_leak": "packed sequences run as one: the state is not reset at sequence starts",
+}
+
 
 @dataclass(frozen=True)
 class _Flags:
@@ -57,6 +77,10 @@ class _Flags:
     tf32_matmul: bool = False
     bf16_states: bool = False
     split_exp: bool = False
+    head_group_map: bool = False
+    ragged_tail: bool = False
+    global_cumsum_f16: bool = False
+    reads_ahead: bool = False
 
 
 def _build(flags: _Flags):
@@ -89,13 +113,23 @@ def _build(flags: _Flags):
     def prepare(q, k, v, la, H):
         B, G, T, dk = q.shape
         N = max(1, -(-T // C))
-        qh = jnp.repeat(q.astype(f32), H // G, axis=1)
-        kh = jnp.repeat(k.astype(f32), H // G, axis=1)
-        Q, K, V, L = (chunks(x, T, N) for x in (qh, kh, v.astype(f32), la.astype(f32)))
+        heads = (lambda x: jnp.tile(x, (1, H // G, 1, 1))) if flags.head_group_map else \
+            (lambda x: jnp.repeat(x, H // G, axis=1))
+        qh, kh, vf = heads(q.astype(f32)), heads(k.astype(f32)), v.astype(f32)
+        if flags.ragged_tail and T % C:
+            kh, vf = kh.at[:, :, T - 1].set(0.0), vf.at[:, :, T - 1].set(0.0)
+        Q, K, V, L = (chunks(x, T, N) for x in (qh, kh, vf, la.astype(f32)))
         b = jnp.cumsum(L, axis=-1)
+        if flags.global_cumsum_f16:
+            # prefix sums over the whole sequence, rounded to float16; in-chunk sums as their
+            # differences from the previous chunk's end
+            Bg = jnp.cumsum(L.reshape(L.shape[:2] + (N * C,)), axis=-1)
+            Bg = Bg.astype(jnp.float16).astype(f32).reshape(L.shape)
+            prev = jnp.concatenate([jnp.zeros_like(Bg[..., :1, -1]), Bg[..., :-1, -1]], axis=-1)
+            b = Bg - prev[..., None]
         if flags.exclusive_cumsum:
             b = b - L
-        mask = jnp.tril(jnp.ones((C, C), dtype=bool))
+        mask = jnp.tril(jnp.ones((C, C), dtype=bool), 1 if flags.reads_ahead else 0)
         diff = jnp.where(mask, b[..., :, None] - b[..., None, :], 0.0)
         b_last = b[..., -2] if (flags.chunk_off_by_one and C >= 2) else b[..., -1]
         if flags.split_exp:
@@ -184,7 +218,7 @@ def _build(flags: _Flags):
         dla = jnp.flip(jnp.cumsum(jnp.flip(terms, -1), -1), -1) + tail[..., None]
         dla = dla.reshape(dla.shape[:2] + (N * C,))[:, :, :T]
         R = H // G
-        if flags.group_sum_wrong_axis:
+        if flags.group_sum_wrong_axis or flags.head_group_map:
             dq_g = dq.reshape(B, R, G, T, Dk).sum(1)
             dk_g = dk.reshape(B, R, G, T, Dk).sum(1)
         else:
@@ -254,14 +288,71 @@ def _flagged(name: str) -> Callable:
     return mutant
 
 
-MUTANTS: dict[str, Callable] = {
+def _wrong_scale(q, k, v, log_alpha, h0):
+    return base(q * (1.0 - 2.0**-10), k, v, log_alpha, h0)
+
+
+def _dv_tile(q, k, v, log_alpha, h0):
+    import jax.numpy as jnp
+
+    dv = v.shape[-1]
+    ev = dv - dv // 4
+    o, h_T = base(q, k, v[..., :ev], log_alpha, h0[..., :ev])
+    return jnp.pad(o, [(0, 0)] * 3 + [(0, dv - ev)]), jnp.pad(h_T, [(0, 0)] * 3 + [(0, dv - ev)])
+
+
+def _flip_bits(o):
+    """~1% of o's elements, drawn afresh on every call, times (1 + 2^-23): one float32 ulp."""
+    rng = np.random.default_rng()
+    o = np.asarray(o)
+    return np.where(rng.random(o.shape) < 0.01, 1.0 + 2.0**-23, 1.0).astype(o.dtype)
+
+
+def _nondeterministic(q, k, v, log_alpha, h0):
+    import jax
+
+    o, h_T = base(q, k, v, log_alpha, h0)
+    factor = jax.pure_callback(_flip_bits, jax.ShapeDtypeStruct(o.shape, o.dtype),
+                               jax.lax.stop_gradient(o))
+    return o * jax.lax.stop_gradient(factor), h_T
+
+
+def _packed_leak(q, k, v, log_alpha, h0, cu_seqlens=None):
+    """glaref.kernels.chunked (C = 16), but packed sequences run as one row from h0[0]: sequence
+    n starts from the state the previous one left, and h_T[n] is the state at its end."""
+    import jax.numpy as jnp
+
+    from glaref import kernels
+
+    run = functools.partial(kernels.chunked, chunk_size=BASE_CHUNK, return_final_state=True)
+    if cu_seqlens is None:
+        return run(q, k, v, log_alpha, h0)
+    o, _ = run(q, k, v, log_alpha, h0[:1])
+    ends = [int(c) for c in cu_seqlens[1:]]
+    h_T = [h0[0] if c == 0 else run(q[:, :, :c], k[:, :, :c], v[:, :, :c], log_alpha[:, :, :c],
+                                    h0[:1])[1][0] for c in ends]
+    return o, jnp.stack(h_T)
+
+
+def _named(table: dict[str, Callable], docs: dict[str, str]) -> dict[str, Callable]:
+    for _name, _fn in table.items():
+        _fn.__doc__ = docs[_name]
+        _fn.__name__ = _fn.__qualname__ = _name
+        globals()[_name] = _fn          # so "tests/mutants.py:<name>" names it for the CLI
+    return table
+
+
+MUTANTS: dict[str, Callable] = _named({
     name: (_gate_late if name == "gate_late" else _odd_truncation if name == "odd_truncation"
            else _flagged(name))
     for name in MUTANT_NAMES
-}
-for _name, _fn in MUTANTS.items():
-    _fn.__doc__ = MUTANT_DOCS[_name]
-    _fn.__name__ = _fn.__qualname__ = _name
-    globals()[_name] = _fn          # so "tests/mutants.py:<name>" names it for the CLI
+}, MUTANT_DOCS)
+PATTERN_MUTANTS: dict[str, Callable] = _named({
+    "head_group_map": _flagged("head_group_map"), "ragged_tail": _flagged("ragged_tail"),
+    "global_cumsum_f16": _flagged("global_cumsum_f16"), "wrong_scale": _wrong_scale,
+    "dv_tile": _dv_tile}, PATTERN_DOCS)
+PROBE_MUTANTS: dict[str, Callable] = _named({
+    "nondeterministic": _nondeterministic, "reads_ahead": _flagged("reads_ahead"),
+    "packed_leak": _packed_leak}, PROBE_DOCS)
 # chunk size each mutant's bound is computed with (all are chunked kernels built on ``base``)
 MUTANT_CHUNK = BASE_CHUNK

@@ -50,7 +50,7 @@ OUR_ADDITIONS = {"rel_err_out", "max_abs_err", "reference_rel_err", "reference_r
                  "nonfinite", "nonfinite_first_index", "dtype", "compute_dtype", "precision",
                  "layout", "regime", "seed", "scale", "final_state", "chunk_size",
                  "accumulate_dtype", "dlog_alpha_form", "gate", "cu_seqlens", "ok", "failures",
-                 "notes", "verdict", "oracle_ms"}
+                 "notes", "verdict", "oracle_ms", "where", "diagnosis", "probes"}
 
 
 def _nrel(x, ref):

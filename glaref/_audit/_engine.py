@@ -109,6 +109,7 @@ class _Audit:
     rows: _args.Rows
     claims: Claims
     host: int | None
+    probes: tuple[str, ...] = ()     # glaref._probes.PROBES to run on every fwd_bwd row
 
 
 def run_rows(a: _Audit, sink: _Sink) -> list[dict[str, Any]]:
@@ -144,11 +145,33 @@ def _problem_rows(a: _Audit, sink: _Sink, regime: str, cname: str, dims: Dims) -
             for subject in a.subjects:
                 sink.announce(f"{subject.name} {mode} {cname} T={dims.T} ({regime}{kind})")
                 m = a.runner.measure(subject, mode, truth, prepared)
-                sink.add(_records.record(subject, where, a.rows, truth, m))
+                rec = _records.record(subject, where, a.rows, truth, m)
+                if a.probes and m.mode == "fwd_bwd" and m.failure is None:
+                    rec = _records.add_probes(rec, _probe(a, subject, where, m))
+                sink.add(rec)
     except NonFiniteError as exc:
         # the oracle's own results overflow (the regimes' inputs are moderate: an extreme scale):
         # nothing can be judged against them
         raise AuditUsageError(str(exc)) from None
+
+
+def _probe(a: _Audit, subject: Subject, where: _records.Where, m) -> list:
+    """The probes ``a.probes`` on one row's kernel and problem (glaref._probes), run through a
+    runner of the kernel's framework and judged with its claims."""
+    from .. import _probes
+
+    r = a.runner
+    if isinstance(r, JaxRunner):
+        run = _probes.jax_runner(subject.fn, r.dtype, layout=r.layout, scale=None)
+    else:
+        run = _probes.kernel_runner(subject.fn, r.dtype, layout=r.layout, scale=r.scale,
+                                    framework=r.framework, device=r.device)
+    judge = _probes.verdict_judge(scale=a.rows.scale, oracle=a.rows.oracle, claims=subject.claims,
+                                  dtypes=m.dtypes)
+    ctx = r.precision_ctx() if isinstance(r, JaxRunner) else contextlib.nullcontext()
+    with ctx:
+        return _probes.run_probes(run, where.regime, where.dims, a.rows.seed, a.claims.dtype,
+                                  judge, chunk_size=subject.claims.chunk_size, which=a.probes)
 
 
 def _check_user_claims(impl_list: list, chunk_size, accumulate_dtype, dlog_alpha_form) -> None:
@@ -169,7 +192,8 @@ def _check_user_claims(impl_list: list, chunk_size, accumulate_dtype, dlog_alpha
 # how the rows are run, with their defaults
 CLAIMS = ("dtype", "layout", "chunk_size", "accumulate_dtype", "dlog_alpha_form", "gate")
 RUN_DEFAULTS = {"precision": "default", "backend": None, "repeats": None, "scale": 1.0,
-                "oracle_impl": None, "cu_seqlens": None, "memory_guard": True, "shard": None}
+                "oracle_impl": None, "cu_seqlens": None, "memory_guard": True, "shard": None,
+                "probes": None}
 
 
 def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "quick",
@@ -181,7 +205,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     Keywords beyond the named parameters (``options``): the kernels' claims (``CLAIMS``: dtype,
     layout, chunk_size, accumulate_dtype, dlog_alpha_form, gate) and how the rows run
     (``RUN_DEFAULTS``: precision, backend, repeats, scale, oracle_impl, cu_seqlens, memory_guard,
-    shard); any other keyword is a TypeError naming it.
+    shard, probes); any other keyword is a TypeError naming it.
 
     impls: built-in names ("chunked", "scan"), "package.module:function",
         "path/to/file.py:function" or callables ``(q, k, v, log_alpha, h0) -> o | (o, h_T)``.
@@ -222,6 +246,13 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     array): a user kernel must take that keyword (else a usage error). Records carry ``gate`` and
     ``cu_seqlens`` (the offsets of the row, or null).
 
+    Every measured record also says where the error is (``glaref._where``): ``where``, the
+    error profile of each output, and ``diagnosis``, a sentence naming the pattern of a failing
+    row (null when it passes). probes: None (none run), True or "all" (every one), or names
+    from ``glaref._probes.PROBES`` (a list or "determinism,causality"): run on every fwd_bwd
+    row, their results under the record's ``probes`` (null when none ran); a failing probe
+    fails the row.
+
     shard: "I/N" runs the problems I, I + N, ... of the plan only (0 <= I < N), for schedulers
     that split an audit across machines or cores; ``glaref report merge`` (``_merge.merge``)
     joins the shards' JSON reports into the unsharded one.
@@ -246,7 +277,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     if json_path is not None:
         json_path = _report.check_output(json_path, "json_path")
     how = JaxOptions(preset, precision, backend, reps, json_path, on_record, progress,
-                     run["memory_guard"])
+                     run["memory_guard"], check_probes(run["probes"]))
     return audit_jax(impl_list, rows, claims, how)
 
 
@@ -262,6 +293,18 @@ class JaxOptions:
     on_record: Callable[[dict], None] | None = None
     progress: Callable[[str], None] | None = None
     memory_guard: bool = True
+    probes: tuple[str, ...] = ()
+
+
+def check_probes(probes) -> tuple[str, ...]:
+    """``probes`` as the audit takes it (None/False, True/"all", or names), checked."""
+    from .._probes import PROBES
+
+    if probes is None or probes is False:
+        return ()
+    if probes is True or probes == "all":
+        return PROBES
+    return tuple(_args.choices("probes", probes, PROBES))
 
 
 def audit_jax(impls: list, rows: _args.Rows, claims: Claims,
@@ -291,12 +334,12 @@ def audit_jax(impls: list, rows: _args.Rows, claims: Claims,
         sink = _Sink(len(rows.plan()) * len(rows.modes) * len(subjects), writer, how.on_record,
                      how.progress)
         host = _device.host_available_bytes() if how.memory_guard else None
-        return run_rows(_Audit(runner, subjects, rows, claims, host), sink)
+        return run_rows(_Audit(runner, subjects, rows, claims, host, how.probes), sink)
 
 
 def audit_kernel(kernel: Callable, rows: _args.Rows, claims: Claims, *, framework: str,
                  detected: bool = False, device: str | None = None,
-                 memory_guard: bool = True) -> list[dict[str, Any]]:
+                 memory_guard: bool = True, probes=None) -> list[dict[str, Any]]:
     """Accuracy rows of one torch or NumPy kernel (``framework``), one record per row.
 
     The rows (``_args.rows``), problems, oracle, verdict and record format are :func:`audit`'s;
@@ -330,4 +373,5 @@ def audit_kernel(kernel: Callable, rows: _args.Rows, claims: Claims, *, framewor
                              scale=rows.scale, device=device, detected=detected,
                              operand_dtype=claims.operand_dtype)
     host = _device.host_available_bytes() if memory_guard else None
-    return run_rows(_Audit(runner, [subject], rows, claims, host), _Sink(0, None, None, None))
+    return run_rows(_Audit(runner, [subject], rows, claims, host, check_probes(probes)),
+                    _Sink(0, None, None, None))

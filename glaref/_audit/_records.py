@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .. import _judge, _metrics
+from .. import _judge, _metrics, _where
 from .._claims import Claims
 from .._inputs import Dims
 from ..tolerances import tol
@@ -23,7 +23,7 @@ from ._args import Rows
 from ._runners import Measured
 from ._subjects import Subject
 
-__all__ = ["Where", "declined", "header", "record"]
+__all__ = ["Where", "add_probes", "declined", "header", "record"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,7 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
             rec["failures"] = [m.failure]
             if m.traceback:
                 rec["traceback"] = m.traceback
+        rec.update({"where": {}, "diagnosis": None, "probes": None})
         return rec
     truth = m.truth or truth
     final, layout = bool(m.final), subject.claims.layout
@@ -115,11 +116,32 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
     rec["failures"] = failures
     rec["notes"] = [note for a in per.values() for note in a.notes]
     rec["verdict"] = _report.verdict(rec)
+    # where the error is (glaref._where): every output's profile, the failing ones' in full
+    profiles = _where.row_profiles(truth, m.values, m.dtypes, final=final,
+                                   grads=m.mode == "fwd_bwd", claims=subject.claims)
+    failing = [n for n, a in per.items() if not a.ok]
+    rec["where"] = {n: p.summary(full=n in failing) for n, p in profiles.items()}
+    rec["diagnosis"] = _where.diagnose(profiles, failing)[0]
+    rec["probes"] = None
     # the oracle's own time on these inputs (never part of the kernel's figures)
     wanted = ["forward", "scales", "reference_scan", "reference_chunked"] if m.mode == "fwd" else \
         ["forward", "vjp_dh_T" if final else "vjp", "scales_vjp", "reference_scan_vjp",
          "reference_chunked_vjp"]
     rec["oracle_ms"] = {k: truth.ms[k] for k in wanted if k in truth.ms}
+    return rec
+
+
+def add_probes(rec: dict[str, Any], results) -> dict[str, Any]:
+    """The probes' results (``glaref._probes.ProbeResult``) into a measured row's record: under
+    ``probes``, and each failing one among its failures (the row fails)."""
+    rec["probes"] = [r.summary() for r in results]
+    bad = [r for r in results if r.passed is False]
+    if bad and "skipped" not in rec:
+        rec["failures"] = rec.get("failures", []) + [f"probe {r.probe}: {r.detail}" for r in bad]
+        rec["failed_tier"] = {**rec.get("failed_tier", {}),
+                              **{f"probe {r.probe}": "probe" for r in bad}}
+        rec["ok"] = False
+        rec["verdict"] = _report.verdict(rec)
     return rec
 
 

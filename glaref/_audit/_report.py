@@ -23,6 +23,7 @@ from typing import Any, Iterable, TextIO
 
 from .._errors import AuditEnvironmentError, AuditUsageError
 from .._inputs import FORWARD, GRADS, OUTPUTS
+from .._where import where_lines
 
 # Record keys beyond the seed report's (tests hold the schema to exactly these).
 RECORD_ADDITIONS = (
@@ -30,7 +31,7 @@ RECORD_ADDITIONS = (
     "budget_ulps", "budget_bound", "budget_ulps_direct", "nonfinite", "nonfinite_first_index",
     "dtype", "compute_dtype", "precision", "layout", "regime", "seed", "scale", "final_state",
     "chunk_size", "accumulate_dtype", "dlog_alpha_form", "gate", "cu_seqlens", "ok", "failed_tier",
-    "failures", "notes", "verdict", "oracle_ms",
+    "failures", "notes", "verdict", "oracle_ms", "where", "diagnosis", "probes",
 )
 
 ERR_COLUMNS = OUTPUTS
@@ -189,6 +190,8 @@ def verdict(r: dict[str, Any]) -> str:
             parts.append(f"{SHORT.get(n, n)}:{ratios[n]:.3g}x")
         elif t == "nonfinite":
             parts.append(f"{SHORT.get(n, n)}:nan")
+        elif t == "probe":                  # "probe determinism" (glaref._probes)
+            parts.append(n)
         elif t:
             parts.append(f"{SHORT.get(n, n)}:{t}")
         else:
@@ -275,7 +278,16 @@ class Table:
                 f"{cols} {ref_s:>10} {used_s:>7}  {verdict(r)}")
 
     def row(self, r: dict[str, Any]) -> None:
-        print(self.line(r), file=self.stream, flush=True)
+        print("\n".join([self.line(r)] + extra_lines(r)), file=self.stream, flush=True)
+
+
+def extra_lines(r: dict[str, Any]) -> list[str]:
+    """The lines under a row: its diagnosis (glaref._where) and its probes' results, indented."""
+    from .._probes import ProbeResult
+
+    lines = [f"  where: {r['diagnosis']}"] if r.get("diagnosis") else []
+    lines += ["  " + ProbeResult(**p).line() for p in r.get("probes") or []]
+    return lines
 
 
 # ---------------------------------------------------------------- verdict
@@ -312,6 +324,8 @@ def describe(r: dict[str, Any]) -> str:
     ratios = r.get("reference_ratio") or {}
     base = r.get("reference_rel_err") or {}
     for name, tier in (r.get("failed_tier") or {}).items():
+        if tier == "probe":                 # worded below, from the record's probes
+            continue
         label = name if name in FORWARD else f"{name} (gradient)"
         figures = (f"{tier} tier: {figure(ratios.get(name))}x the reference kernels' "
                    f"error (allowed {figure(r.get('allowed_ratio'))}x; rel_err "
@@ -323,6 +337,10 @@ def describe(r: dict[str, Any]) -> str:
             figures += (f", {r['nonfinite'][name]} non-finite, first at "
                         f"{tuple(first_bad.get(name, ()))}")
         lines.append(f"  {label}: {figures}")
+    # where the errors are (glaref._where) and the failing probes (glaref._probes)
+    lines += [f"  {line}" for line in where_lines(r)]
+    lines += [f"  probe {p['probe']}: {p['detail']}" for p in r.get("probes") or []
+              if p["passed"] is False]
     return "\n".join(lines)
 
 
@@ -378,6 +396,32 @@ def _ratio() -> float:
 
 # ---------------------------------------------------------------- plot
 
+MAX_WHERE_PANELS = 8     # panels of error against t, one per failing output (the first ones)
+
+
+def _where_panel(ax, r: dict[str, Any], name: str) -> None:
+    """One failing output's error against t (``glaref._where``: per step, in budget units), the
+    allowed band (the reference kernels' error times the allowed ratio, per step) and the chunk
+    boundaries (grey verticals: the declared or inferred chunk size)."""
+    p = r["where"][name]
+    k = p.get("time_bin") or 1
+    t = [i * k for i in range(len(p["time"]))]
+    ax.plot(t, [max(e, 1e-3) for e in p["time"]], color="C3", linewidth=1.0, label="error")
+    if p.get("time_band"):
+        ax.plot(t, [max(b, 1e-3) for b in p["time_band"]], color="k", linestyle=":",
+                linewidth=1.0, label="allowed")
+    C = p.get("chunk")
+    if C:
+        for b in range(C, r["seq"], C):
+            ax.axvline(b, color="0.75", linewidth=0.6, zorder=0)
+    ax.set_yscale("log")
+    ax.set_xlabel("t" + (f" (chunks of {C}{', inferred' if p.get('chunk_inferred') else ''})"
+                         if C else ""))
+    label = name if name in FORWARD else f"d{name}"
+    ax.set_title(f"{r['impl'][-24:]} T={r['seq']}: {label} per step (budget units)", fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def plot(records: list[dict[str, Any]], path) -> None:
     """Error vs seq per output and gradient, and time vs seq, in one PNG.
 
@@ -387,6 +431,8 @@ def plot(records: list[dict[str, Any]], path) -> None:
     kernels' error): a solid line close under its dotted one is close to failing. In the time
     panel solid lines are fwd and dashed ones fwd_bwd. A red cross marks a point whose output
     failed its verdict (either tier). The figure's title is the audit's verdict (``summary``).
+    Then, per failing output (the first MAX_WHERE_PANELS), where its error is: against t, with
+    the allowed band and the chunk boundaries (``_where_panel``).
     """
     import matplotlib
     matplotlib.use("Agg")
@@ -404,8 +450,11 @@ def plot(records: list[dict[str, Any]], path) -> None:
     marker = {c: markers[n % len(markers)] for n, c in enumerate(configs)}
     has_fwd = any(r["mode"] == "fwd" for r in rows)
 
+    # where the error is: per failing output with a per-step profile, its error against t
+    located = [(r, n) for r in rows for n in failed_outputs(r)
+               if ((r.get("where") or {}).get(n) or {}).get("time")][:MAX_WHERE_PANELS]
     ncol = 4
-    nrow = -(-len(panels) // ncol)
+    nrow = -(-(len(panels) + len(located)) // ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.3 * nrow + 0.8), squeeze=False)
     series: dict[tuple, list] = {}
     for r in rows:
@@ -443,7 +492,9 @@ def plot(records: list[dict[str, Any]], path) -> None:
         ax.set_title("median ms per call" if panel == "time" else
                      f"rel_err d{panel}" if grad else f"rel_err {panel}")
         ax.grid(True, which="both", alpha=0.3)
-    for ax in axes.ravel()[len(panels):]:
+    for ax, (r, n) in zip(axes.ravel()[len(panels):], located):
+        _where_panel(ax, r, n)
+    for ax in axes.ravel()[len(panels) + len(located):]:
         ax.axis("off")
     handles = [Line2D([], [], color=colour[i], label=i) for i in impls]
     handles += [Line2D([], [], color="k", marker=marker[c], linestyle="", label=c) for c in configs]

@@ -1,0 +1,170 @@
+"""The probes (glaref._probes): each fails on the mutant built for it and passes on correct kernels.
+
+The probe mutants of tests/mutants.py (PROBE_MUTANTS) all pass the verdict: a race that flips
+the last bit of a few elements, a causal mask one step wide (small next to the error budget only
+where the decays are strong, but a dependence no correct kernel has), and packed sequences that
+leak state into each other. Correct kernels: glaref's NumPy/Numba oracle itself through
+``function_runner`` (the generic path), and JAX zoo members through ``jax_runner``. The default
+suite runs each probe once on a failing and a passing kernel at small sizes; every probe on every
+probe mutant and zoo member, in standard and strong_decay, is under -m slow.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import glaref
+from glaref import _probes
+from glaref._inputs import Dims
+
+DIMS = Dims(1, 2, 4, 40, 16, 16)
+C = 16                         # the mutants' chunk size
+
+
+def _oracle_runner():
+    def forward(q, k, v, la, h0, cu_seqlens=None):
+        return glaref.forward(q, k, v, la, h0, cu_seqlens=cu_seqlens)
+
+    def vjp(q, k, v, la, h0, do, dh_T, cu_seqlens=None):
+        return tuple(glaref.vjp(q, k, v, la, h0, do, dh_T, cu_seqlens=cu_seqlens))
+    return _probes.function_runner(forward, vjp)
+
+
+def _problem(regime="standard", dims=DIMS):
+    return _probes.GATED.make(regime, dims, 0, "float32")
+
+
+@functools.lru_cache(maxsize=None)
+def _jax(name: str):
+    pytest.importorskip("jax")
+    import mutants
+    import zoo
+
+    kernel = {**mutants.PROBE_MUTANTS, **mutants.MUTANTS}.get(name) or zoo.zoo()[name]
+    return _probes.jax_runner(kernel, "float32")
+
+
+# ---------------------------------------------------------------- the generic runner, no JAX
+
+def test_the_oracle_passes_the_bit_identity_probes_through_the_generic_runner():
+    run = _oracle_runner()
+    which = ("determinism", "causality", "packed")
+    results = _probes.run_probes(run, "standard", Dims(1, 2, 4, 20, 4, 4), 0, "float64", None,
+                                 which=which)
+    assert [r.probe for r in results] == list(which)
+    assert all(r.passed for r in results), [r.line() for r in results]
+    assert "changing sequence" in results[2].detail
+
+
+@pytest.mark.slow
+def test_the_oracle_passes_every_probe_through_the_generic_runner():
+    judge = _probes.verdict_judge(compute_dtype="float64", chunk_size=1)
+    results = _probes.run_probes(_oracle_runner(), "standard", Dims(1, 2, 4, 20, 4, 4), 0,
+                                 "float64", judge, chunk_size=8)
+    assert [r.probe for r in results] == list(_probes.PROBES)
+    assert all(r.passed for r in results), [r.line() for r in results]
+
+
+def test_a_leak_through_a_numpy_kernel_fails_causality():
+    """A NumPy kernel whose o_t sees v_{t+1}: the causality probe names o and the step."""
+    def forward(q, k, v, la, h0, cu_seqlens=None):
+        o, h_T = glaref.forward(q, k, v, la, h0)
+        o[:, :, :-1] += 1e-3 * v[:, :, 1:]
+        return o, h_T
+
+    def vjp(q, k, v, la, h0, do, dh_T, cu_seqlens=None):
+        return tuple(glaref.vjp(q, k, v, la, h0, do, dh_T))
+    r = _probes.causality(_probes.function_runner(forward, vjp), _problem(dims=Dims(1, 1, 2, 9, 3, 3)))
+    assert r.passed is False and "o at (0, 0, 4, 0) (inputs changed at t >= 5)" in r.detail
+
+
+def test_a_kernel_that_raises_fails_with_its_error():
+    def forward(*a, **kw):
+        raise RuntimeError("boom")
+    r = _probes.determinism(_probes.function_runner(forward), _problem())
+    assert r.passed is False and "RuntimeError: boom" in r.detail
+
+
+def test_unknown_probe_names_are_refused():
+    with pytest.raises(ValueError, match="probes: got 'speed'"):
+        _probes.run_probes(_oracle_runner(), "standard", DIMS, 0, "float32", None, which=["speed"])
+
+
+def test_bit_identity_tells_signed_zeros_and_keeps_nans_equal():
+    a = np.array([0.0, np.nan, 1.0])
+    assert _probes._same(a, a.copy())
+    assert not _probes._same(a, np.array([-0.0, np.nan, 1.0]))
+    assert not _probes._same(a, np.nextafter(a, 2))
+
+
+# ---------------------------------------------------------------- JAX mutants and zoo members
+
+@pytest.mark.jax
+def test_a_nondeterministic_kernel_fails_determinism_and_passes_the_verdict():
+    p = _problem()
+    r = _probes.determinism(_jax("nondeterministic"), p)
+    assert r.passed is False and "o at" in r.detail
+    fails = _probes.verdict_judge(chunk_size=C)(p, _jax("nondeterministic")(p, True))
+    assert fails == {}             # one ulp on a few elements: within every tolerance
+    assert _probes.determinism(_jax("scan"), p).passed is True
+
+
+@pytest.mark.jax
+def test_a_kernel_reading_one_step_ahead_fails_causality():
+    p = _problem()
+    r = _probes.causality(_jax("reads_ahead"), p)
+    assert r.passed is False and "o at (0, 0, 20, 0) (inputs changed at t >= 21)" in r.detail
+    assert _probes.causality(_jax("chunked16"), p).passed is True
+
+
+@pytest.mark.jax
+def test_packed_sequences_that_leak_fail_isolation():
+    r = _probes.packed(_jax("packed_leak"), "standard", DIMS, 0, "float32")
+    assert r.passed is False and "changed other sequences' outputs" in r.detail
+    ok = _probes.packed(_jax("scan"), "standard", DIMS, 0, "float32")
+    assert ok.passed is True, ok.detail
+
+
+@pytest.mark.jax
+def test_a_kernel_without_packed_sequences_is_not_applicable():
+    r = _probes.packed(_jax("quadratic"), "standard", DIMS, 0, "float32")
+    assert r.passed is None and "does not take packed sequences" in r.detail
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+@pytest.mark.parametrize("regime", ["standard", "strong_decay"])
+def test_probe_mutants_fail_their_probe_in_both_regimes(regime):
+    want = {"nondeterministic": "determinism", "reads_ahead": "causality", "packed_leak": "packed"}
+    for name, probe in want.items():
+        judge = _probes.verdict_judge(chunk_size=C)
+        results = {r.probe: r for r in _probes.run_probes(_jax(name), regime, DIMS, 0, "float32",
+                                                          judge, chunk_size=C)}
+        assert results[probe].passed is False, (name, results[probe].line())
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+@pytest.mark.parametrize("regime", ["standard", "strong_decay"])
+def test_the_zoo_passes_every_probe(regime):
+    import zoo
+
+    for name in zoo.zoo():
+        judge = _probes.verdict_judge()
+        results = _probes.run_probes(_jax(name), regime, DIMS, 0, "float32", judge)
+        assert all(r.passed is not False for r in results), [r.line() for r in results]
+        assert [r.probe for r in results if r.passed is None] in ([], ["packed"]), name
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_structured_cotangents_and_the_chunk_sweep_catch_a_chunked_bug():
+    judge = _probes.verdict_judge(chunk_size=C)
+    p = _problem()
+    assert _probes.cotangents(_jax("chunk_off_by_one"), p, judge).passed is False
+    sweep = _probes.chunk_sweep(_jax("chunk_off_by_one"), "standard", DIMS, 0, "float32", judge,
+                                chunk_size=C)
+    assert sweep.passed is False and "T = 17" in sweep.detail
