@@ -7,6 +7,7 @@ coverage clause says what ran.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -33,8 +34,12 @@ needs_cli_defaults = pytest.mark.xfail(
     reason="glaref audit's --regime still defaults to 'standard', not the preset's regimes")
 
 
-def failing_rows(out: str) -> list[str]:
-    return [ln for ln in out.splitlines() if "FAIL" in ln and not ln.startswith("FAIL")]
+def audit_cli(capsys, tmp_path, *args) -> tuple[int, str, list[dict]]:
+    """glaref audit with ``args`` (no progress): exit code, stdout, the JSON report's rows."""
+    report = tmp_path / "report.json"
+    code = cli.main(["audit", *args, "--no-progress", "--json", str(report)])
+    out = capsys.readouterr().out
+    return code, out, json.loads(report.read_text())["results"]
 
 
 # ---------------------------------------------------------------- the kernels need the defaults
@@ -90,23 +95,23 @@ def test_check_kernel_defaults_pass_glarefs_kernels_and_are_the_presets(name, ch
 # ---------------------------------------------------------------- glaref audit's defaults
 
 @needs_cli_defaults
-def test_glaref_audit_flags_the_clamped_gate(capsys):
-    code = cli.main(["audit", "--impl", f"{KERNELS}:clamped", "--repeats", "0", "--no-progress"])
-    out = capsys.readouterr().out
+def test_glaref_audit_flags_the_clamped_gate(capsys, tmp_path):
+    code, out, rows = audit_cli(capsys, tmp_path, "--impl", f"{KERNELS}:clamped", "--repeats", "0")
     assert code == 1, out
-    bad = failing_rows(out)
-    assert bad and all("strong_decay" in ln for ln in bad), out
-    assert len(bad) == 4, out      # both modes at T = 65 and 1000
+    assert {r["regime"] for r in rows} == set(_presets.AUDIT_REGIMES)
+    # both modes at T = 65 and 1000 under strong decay, and nowhere else
+    bad = sorted((r["regime"], r["seq"], r["mode"]) for r in rows if r["ok"] is not True)
+    assert bad == [("strong_decay", T, m) for T in (65, 1000) for m in ("fwd", "fwd_bwd")], out
 
 
 @needs_cli_defaults
-def test_glaref_audit_flags_bfloat16_accumulation(capsys):
-    code = cli.main(["audit", "--impl", f"{KERNELS}:bf16_accumulating", "--dtype", "bfloat16",
-                     "--repeats", "0", "--no-progress"])
-    out = capsys.readouterr().out
+def test_glaref_audit_flags_bfloat16_accumulation(capsys, tmp_path):
+    code, out, rows = audit_cli(capsys, tmp_path, "--impl", f"{KERNELS}:bf16_accumulating",
+                                "--dtype", "bfloat16", "--repeats", "0")
     assert code == 1, out
-    bad = failing_rows(out)
-    assert any("near_one" in ln and " 1000 " in ln for ln in bad), out
+    bad = {(r["regime"], r["seq"], r["mode"]) for r in rows if r["ok"] is not True}
+    assert {("near_one", 1000, "fwd"), ("near_one", 1000, "fwd_bwd")} <= bad, out
+    assert all(T == 1000 for _, T, _ in bad), out
 
 
 def test_the_default_audit_is_the_quick_preset_over_the_regimes_where_bugs_hide():
@@ -127,25 +132,21 @@ def test_glaref_audit_defaults_to_the_presets_regimes():
 @pytest.mark.slow
 @needs_cli_defaults
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_glaref_audit_defaults_pass_glarefs_kernels(capsys, dtype):
-    code = cli.main(["audit", "--dtype", dtype, "--repeats", "0", "--no-progress"])
-    out = capsys.readouterr().out
+def test_glaref_audit_defaults_pass_glarefs_kernels(capsys, tmp_path, dtype):
+    code, out, rows = audit_cli(capsys, tmp_path, "--dtype", dtype, "--repeats", "0")
     assert code == 0, out
-    assert re.search(r"^OK: 24 rows ", out, re.M), out
+    assert len(rows) == 24 and all(r["ok"] is True for r in rows), out
 
 
 @pytest.mark.slow
 @needs_cli_defaults
-def test_regime_all_runs_every_regime_but_the_slow_one(capsys):
+def test_regime_all_runs_every_regime_but_the_slow_one(capsys, tmp_path):
     kernel = Path(__file__).resolve().parent / "audit_kernels.py"
-    code = cli.main(["audit", "--impl", f"{kernel}:scan_kernel_final", "--config", "1,1,2,8,4",
-                     "--seq", "9", "--mode", "fwd", "--repeats", "0", "--regime", "all",
-                     "--no-progress"])
-    out = capsys.readouterr().out
+    code, out, rows = audit_cli(capsys, tmp_path, "--impl", f"{kernel}:scan_kernel_final",
+                                "--config", "1,1,2,8,4", "--seq", "9", "--mode", "fwd",
+                                "--repeats", "0", "--regime", "all")
     assert code == 0, out
-    for name in _presets.ALL_REGIMES:
-        assert f" {name} " in out, name
-    assert " long " not in out
+    assert {r["regime"] for r in rows} == set(_presets.ALL_REGIMES) == set(regimes.REGIMES) - {"long"}
 
 
 # ---------------------------------------------------------------- regime names and coverage
