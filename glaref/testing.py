@@ -136,7 +136,8 @@ def _run_check(kernel, framework, *, configs, seqs, dtype, regimes, layout, scal
 
 
 def check_kernel(kernel: Callable | str, framework: str | None = None, *, configs=DEFAULT_CONFIG,
-                 seqs=(1000,), dtype: str = "float32", regimes=("ragged", "strong_decay", "near_one"),
+                 seqs=(65, 1000), dtype: str = "float32",
+                 regimes=("standard", "strong_decay", "near_one"),
                  layout: str = "bhtd", scale: float = 1.0, chunk_size: int | None = None,
                  accumulate_dtype: str | None = None, modes=("fwd_bwd",), seed: int = 0,
                  backend: str | None = None, precision: str = "default",

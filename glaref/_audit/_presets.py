@@ -39,12 +39,11 @@ SEED_SEQS = (512, 2048, 8192)
 AUDIT_REGIMES = ("standard", "strong_decay", "near_one")
 QUICK_SEQS = (65, 1000)            # one step past a 64-step chunk; long enough to accumulate
 
-# check_kernel's defaults: a few seconds of small cases. ragged runs the standard gates at T in
-# regimes.RAGGED_T (1, 63, 65, 1000: a single step, both sides of a 64-step chunk, a long
-# sequence) whatever ``seqs`` says; strong_decay and near_one run at CHECK_SEQS. Six rows.
+# check_kernel's defaults: a few seconds of small cases, the default audit's regimes and lengths
+# on a smaller config. Six rows.
 CHECK_CONFIG = "1,2,4,16,16"       # B, G, H, dk, dv: grouped heads (G = 2 < H = 4)
-CHECK_SEQS = (1000,)
-CHECK_REGIMES = ("ragged", "strong_decay", "near_one")
+CHECK_SEQS = QUICK_SEQS
+CHECK_REGIMES = AUDIT_REGIMES
 CHECK_MODES = ("fwd_bwd",)
 
 # "all" among the regime names: every regime that is not slow ("long", T = 65536, is named
