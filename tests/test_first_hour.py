@@ -100,9 +100,9 @@ def test_glaref_audit_flags_the_clamped_gate(capsys, tmp_path):
     code, out, rows = audit_cli(capsys, tmp_path, "--impl", f"{KERNELS}:clamped", "--repeats", "0")
     assert code == 1, out
     assert {r["regime"] for r in rows} == set(_presets.AUDIT_REGIMES)
-    # both modes at T = 65 and 1000 under strong decay, and nowhere else
+    # both modes under strong decay, and nowhere else
     bad = sorted((r["regime"], r["seq"], r["mode"]) for r in rows if r["ok"] is not True)
-    assert bad == [("strong_decay", T, m) for T in (65, 1000) for m in ("fwd", "fwd_bwd")], out
+    assert bad == [("strong_decay", 1000, "fwd"), ("strong_decay", 1000, "fwd_bwd")], out
 
 
 @needs_cli_defaults
@@ -112,15 +112,16 @@ def test_glaref_audit_flags_bfloat16_accumulation(capsys, tmp_path):
     assert code == 1, out
     bad = {(r["regime"], r["seq"], r["mode"]) for r in rows if r["ok"] is not True}
     assert {("near_one", 1000, "fwd"), ("near_one", 1000, "fwd_bwd")} <= bad, out
-    assert all(T == 1000 for _, T, _ in bad), out
 
 
 def test_the_default_audit_is_the_quick_preset_over_the_regimes_where_bugs_hide():
     quick = _presets.PRESETS["quick"]
     assert quick.regimes == _presets.AUDIT_REGIMES == ("standard", "strong_decay", "near_one")
-    assert max(quick.seqs) >= 1000 and min(quick.seqs) <= 65
+    assert quick.seqs == (1000,) and quick.modes == ("fwd", "fwd_bwd")
+    (config,) = quick.configs.values()
+    assert config[1] < config[2] and config[3] != config[4]      # grouped heads, dk != dv
     rows = _problems.plan(quick.regimes, quick.configs, quick.seqs)
-    assert len(rows) * len(quick.impls) * len(quick.modes) == 24
+    assert len(rows) * len(quick.impls) * len(quick.modes) == 12
     assert cli._parser().parse_args(["audit"]).preset == "quick"
 
 
@@ -136,7 +137,7 @@ def test_glaref_audit_defaults_to_the_presets_regimes():
 def test_glaref_audit_defaults_pass_glarefs_kernels(capsys, tmp_path, dtype):
     code, out, rows = audit_cli(capsys, tmp_path, "--dtype", dtype, "--repeats", "0")
     assert code == 0, out
-    assert len(rows) == 24 and all(r["ok"] is True for r in rows), out
+    assert len(rows) == 12 and all(r["ok"] is True for r in rows), out
 
 
 @pytest.mark.slow
