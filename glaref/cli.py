@@ -26,7 +26,7 @@ from typing import Sequence
 from . import _golden_cli
 from ._audit import _merge, _report, audit
 from ._audit._args import split as _split
-from ._audit._presets import CONFIGS, PRESETS, parse_config
+from ._audit._presets import CONFIGS, PRESETS, parse_config, regime_names
 from ._errors import AuditEnvironmentError, AuditUsageError, ClaimError
 
 __all__ = ["PROG", "main"]
@@ -115,8 +115,9 @@ def _parser() -> _Parser:
                    "kernel must take it)")
     a.add_argument("--seed", type=int, default=0, help="input seed, a non-negative integer "
                    "(default 0)")
-    a.add_argument("--regime", default="standard", help="comma-separated input regimes from "
-                   "glaref.regimes (default standard)")
+    a.add_argument("--regime", help="comma-separated input regimes from glaref.regimes, or all "
+                   "(every one but the slow 'long'); default: the preset's (quick: standard, "
+                   "strong_decay, near_one; seed: standard)")
     a.add_argument("--preset", default="quick", choices=sorted(PRESETS), help="quick (default: "
                    "small grid, under 2 minutes on 2 cores) or seed (the seed report's grid)")
     a.add_argument("--oracle", choices=("numba", "numpy"), help="oracle implementation (default "
@@ -190,6 +191,7 @@ def _audit(ns: argparse.Namespace) -> int:
     # The table needs column widths before the first row: resolve names cheaply here.
     try:
         pre = PRESETS[ns.preset]
+        ns.regime = ",".join(regime_names(ns.regime, pre.regimes))
         names = impls if impls else list(pre.impls)
         cfg_names = []
         for c in (configs or []):

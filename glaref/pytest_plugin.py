@@ -4,7 +4,7 @@
         glaref_check(my_kernel, chunk_size=64)
 
 Fixture ``glaref_check``: :func:`glaref.testing.check_kernel` with the command-line options
-``--glaref-regimes`` (default "standard") and ``--glaref-dtype`` (default "float32") as its
+``--glaref-regimes`` (default: check_kernel's own, standard, strong_decay and near_one) and ``--glaref-dtype`` (default "float32") as its
 defaults; arguments given in the call win. Marker ``glaref``: tests that audit a kernel against the
 glaref oracle (``pytest -m glaref`` selects them).
 
@@ -24,9 +24,10 @@ __all__ = ["glaref_check", "pytest_addoption", "pytest_configure"]
 
 def pytest_addoption(parser):
     group = parser.getgroup("glaref", "glaref: kernels checked against the float64 oracle")
-    group.addoption("--glaref-regimes", default="standard", metavar="NAMES",
+    group.addoption("--glaref-regimes", default=None, metavar="NAMES",
                     help="comma-separated input regimes (glaref.regimes.REGIMES) the glaref_check "
-                         "fixture audits kernels on (default: standard)")
+                         "fixture audits kernels on (default: check_kernel's, standard, "
+                         "strong_decay and near_one)")
     group.addoption("--glaref-dtype", default="float32", metavar="DTYPE",
                     help="input dtype the glaref_check fixture feeds kernels (default: float32)")
 
@@ -34,13 +35,13 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "glaref: tests that audit a kernel against the glaref oracle")
     # a bad option is one usage error for the whole run, not a long traceback in every test
-    regimes = config.getoption("glaref_regimes", default="standard")
+    regimes = config.getoption("glaref_regimes", default=None)
     dtype = config.getoption("glaref_dtype", default="float32")
-    if (regimes, dtype) != ("standard", "float32"):
+    if regimes is not None or dtype != "float32":
         from glaref._inputs import DTYPES
         from glaref.regimes import REGIMES
 
-        names = [r.strip() for r in str(regimes).split(",") if r.strip()]
+        names = [r.strip() for r in str(regimes or "standard").split(",") if r.strip()]
         bad = [r for r in names if r not in REGIMES]
         if bad or not names:
             raise pytest.UsageError(f"--glaref-regimes: got {regimes!r}, expected comma-separated "
@@ -54,5 +55,8 @@ def glaref_check(request):
     """glaref.testing.check_kernel with --glaref-regimes and --glaref-dtype as defaults."""
     from glaref.testing import check_kernel
 
-    return functools.partial(check_kernel, regimes=request.config.getoption("glaref_regimes"),
-                             dtype=request.config.getoption("glaref_dtype"))
+    defaults = {"dtype": request.config.getoption("glaref_dtype")}
+    regimes = request.config.getoption("glaref_regimes")
+    if regimes is not None:
+        defaults["regimes"] = regimes
+    return functools.partial(check_kernel, **defaults)

@@ -36,7 +36,7 @@ import numpy as np
 from . import _claims, _judge
 from ._audit import _args
 from ._audit._engine import JaxOptions, audit_jax, audit_kernel, check_probes
-from ._audit._presets import Preset
+from ._audit._presets import CHECK_CONFIG, CHECK_MODES, CHECK_REGIMES, CHECK_SEQS, Preset
 from ._audit._report import describe, figure
 from ._claims import Claims
 from ._errors import AuditEnvironmentError, AuditUsageError, ClaimError, DTypeError, ShapeError
@@ -61,10 +61,10 @@ __all__ = ["DEFAULT_CONFIG", "DEFAULT_SEQS", "assert_close_to_oracle", "check_ke
 # Small enough to run in seconds on a CPU, large enough to exercise what kernels get wrong:
 # grouped heads (G=2 < H=4), T=1 (a single step), and lengths just below and above a multiple of
 # common chunk lengths (16, 32, 64 divide 64), so ragged last chunks and chunk hand-overs occur.
-DEFAULT_CONFIG = "1,2,4,16,16"    # B, G, H, dk, dv
-DEFAULT_SEQS = (1, 63, 65)
+DEFAULT_CONFIG = CHECK_CONFIG      # B, G, H, dk, dv
+DEFAULT_SEQS = CHECK_SEQS
 # check_kernel's defaults for what it is not given
-_CHECK = Preset((), {}, DEFAULT_SEQS, ("fwd_bwd",), 0)
+_CHECK = Preset((), {}, CHECK_SEQS, CHECK_MODES, 0, CHECK_REGIMES)
 
 
 def _framework(kernel: Any, framework: str | None) -> str:
@@ -129,7 +129,7 @@ def _run_check(kernel, framework, rows, claims: Claims, *, backend, precision, d
 
 
 def check_kernel(kernel: Callable | str, *, framework: str | None = None,
-                 configs=DEFAULT_CONFIG, seqs=None, regimes="standard",
+                 configs=DEFAULT_CONFIG, seqs=None, regimes=None,
                  modes=("fwd_bwd",), seed: int = 0, scale: float = 1.0, cu_seqlens=None,
                  device: str | None = None, probes=None,
                  **claims: Any) -> list[dict[str, Any]]:
@@ -152,7 +152,9 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
         warning says so for torch).
     configs, seqs, regimes, modes, seed, scale
         The rows, as ``glaref.audit``'s; by default a few seconds' worth of small cases on a CPU
-        (seqs None: ``DEFAULT_SEQS``, or the T that explicit ``cu_seqlens`` offsets fix).
+        (seqs None: ``DEFAULT_SEQS``, or the T that explicit ``cu_seqlens`` offsets fix; regimes
+        None: standard, strong_decay and near_one, where a clamped gate and 16-bit accumulation
+        show).
     cu_seqlens : str or sequence of int, optional
         Packed sequences, as ``glaref.audit``'s ("0,5,5,40" or "random:N"); the kernel receives
         the offsets as the keyword ``cu_seqlens=`` (a NumPy int64 array; for torch a tensor).

@@ -18,7 +18,7 @@ from .. import regimes as _regimes
 from .._errors import AuditUsageError, GlarefError
 from .._inputs import Dims, check_cu_seqlens, check_scale
 from ._family import SCALAR_GATE, Family
-from ._presets import MODES, PRESETS, Preset, check_config, config_name, parse_config
+from ._presets import MODES, PRESETS, Preset, check_config, config_name, parse_config, regime_names
 
 __all__ = ["Rows", "check_preset", "choices", "default_oracle", "integer", "rows", "split"]
 
@@ -227,10 +227,11 @@ def parse_shard(shard) -> tuple[int, int] | None:
     return i, n
 
 
-def rows(pre: Preset, *, configs=None, seqs=None, modes=None, regimes="standard", seed=0,
+def rows(pre: Preset, *, configs=None, seqs=None, modes=None, regimes=None, seed=0,
          scale=1.0, cu_seqlens=None, oracle_impl=None, shard=None) -> Rows:
     """The rows' arguments checked (AuditUsageError naming the bad one, what it got and what was
-    expected), defaults from the preset ``pre``. Explicit ``cu_seqlens`` offsets fix T, so
+    expected), defaults from the preset ``pre`` (regimes: its own for None; "all" every regime but
+    the slow ones). Explicit ``cu_seqlens`` offsets fix T, so
     ``seqs`` may only repeat it (None: it becomes [T]) and no regime may set its own T."""
     cfgs = _configs(configs, pre.configs)
     seq_list = _seqs(seqs, pre.seqs)
@@ -240,7 +241,7 @@ def rows(pre: Preset, *, configs=None, seqs=None, modes=None, regimes="standard"
     except GlarefError as exc:
         raise AuditUsageError(str(exc)) from None
     seed = integer("seed", seed, 0)
-    regime_list = choices("regime", regimes, _regimes.REGIMES)
+    regime_list = choices("regime", regime_names(regimes, pre.regimes), _regimes.REGIMES)
     oracle = oracle_impl or default_oracle()
     choices("oracle_impl", oracle, ORACLES)
     packing = _packing(cu_seqlens)
