@@ -4,9 +4,10 @@
         glaref_check(my_kernel, chunk_size=64)
 
 Fixture ``glaref_check``: :func:`glaref.testing.check_kernel` with the command-line options
-``--glaref-regimes`` (default: check_kernel's own, standard, strong_decay and near_one) and ``--glaref-dtype`` (default "float32") as its
-defaults; arguments given in the call win. Marker ``glaref``: tests that audit a kernel against the
-glaref oracle (``pytest -m glaref`` selects them).
+``--glaref-regimes`` (default: check_kernel's own, standard, strong_decay and near_one) and
+``--glaref-dtype`` (default "float32") as its defaults; arguments given in the call win. Marker
+``glaref``: tests that audit a kernel against the glaref oracle (``pytest -m glaref`` selects
+them).
 
 Loading the plugin costs nothing: it imports neither jax nor numba (only pytest and glaref's
 numpy-only package root); the fixture imports ``glaref.testing`` (and the engine imports jax)
