@@ -221,7 +221,8 @@ def test_bad_gate_and_packing_arguments_are_usage_errors(kw, what):
 
 
 def run_cli(capsys, *args):
-    code = main(["audit", "--config", "1,2,4,8,8", "--repeats", "0", "--mode", "fwd_bwd", *args])
+    code = main(["audit", "--config", "1,2,4,8,8", "--repeats", "0", "--mode", "fwd_bwd",
+                 "--regime", "standard", *args])
     out, err = capsys.readouterr()
     return code, out, err
 

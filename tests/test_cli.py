@@ -22,7 +22,8 @@ pytestmark = pytest.mark.jax
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = Path(__file__).resolve().parent / "audit_kernels.py"
-TINY = ["--config", "1,1,2,8,4", "--seq", "9", "--repeats", "1", "--oracle", "numpy"]
+TINY = ["--config", "1,1,2,8,4", "--seq", "9", "--repeats", "1", "--oracle", "numpy",
+        "--regime", "standard"]
 
 
 def run(capsys, *args):

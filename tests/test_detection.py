@@ -120,7 +120,7 @@ def test_split_exp_is_flagged_through_nonfinite_values():
 def test_a_mutant_on_the_command_line_exits_1_naming_the_failing_output(capsys):
     code = main(["audit", "--impl", f"{mutants.__file__}:dla_missing_hT", "--chunk-size",
                  str(mutants.MUTANT_CHUNK), "--config", ",".join(map(str, CONFIG)), "--seq", str(T),
-                 "--mode", "fwd_bwd", "--repeats", "0"])
+                 "--mode", "fwd_bwd", "--repeats", "0", "--regime", "standard"])
     out = capsys.readouterr().out
     assert code == 1, out
     row = [ln for ln in out.splitlines() if "dla_missing_hT" in ln and "fwd_bwd" in ln][0]

@@ -19,11 +19,15 @@ pytest.importorskip("jax", reason="check_kernel runs JAX kernels (the jax extra)
 
 import glaref.kernels  # noqa: E402
 from glaref._inputs import OUTPUTS  # noqa: E402
-from glaref.testing import DEFAULT_SEQS, check_kernel  # noqa: E402
+from glaref.testing import check_kernel  # noqa: E402
 
 import mutants  # noqa: E402  (tests/ is on sys.path under pytest)
 
 pytestmark = pytest.mark.jax
+
+# the rows these tests assert on: check_kernel's defaults before they gained strong_decay,
+# near_one and T = 1000 (tests/test_first_hour.py checks today's defaults)
+OLD_SEQS = (1, 63, 65)
 
 pytest_plugins = ["pytester"]
 
@@ -31,8 +35,9 @@ pytest_plugins = ["pytester"]
 @pytest.mark.parametrize("name, chunk_size", [("chunked", 64), ("scan", 1)])
 def test_correct_kernels_pass_and_their_records_come_back(name, chunk_size):
     # the kernels as plain user callables (they return o only), judged with their chunk length
-    recs = check_kernel(getattr(glaref.kernels, name), chunk_size=chunk_size)
-    assert [r["seq"] for r in recs] == list(DEFAULT_SEQS)
+    recs = check_kernel(getattr(glaref.kernels, name), chunk_size=chunk_size,
+                        seqs=OLD_SEQS, regimes="standard")
+    assert [r["seq"] for r in recs] == list(OLD_SEQS)
     for r in recs:
         assert r["ok"] is True and r["mode"] == "fwd_bwd" and r["regime"] == "standard"
         assert set(r["budget_ulps"]) == {"o", "q", "k", "v", "log_alpha", "h0"}
@@ -41,10 +46,10 @@ def test_correct_kernels_pass_and_their_records_come_back(name, chunk_size):
 
 def test_a_broken_kernel_fails_with_the_figures_of_each_failing_output():
     with pytest.raises(AssertionError) as info:
-        check_kernel(mutants.gate_late, chunk_size=mutants.MUTANT_CHUNK)
+        check_kernel(mutants.gate_late, chunk_size=mutants.MUTANT_CHUNK, seqs=OLD_SEQS, regimes="standard")
     msg = str(info.value)
     assert "on 3 of 3 rows" in msg
-    for T in DEFAULT_SEQS:
+    for T in OLD_SEQS:
         assert f"gate_late fwd_bwd config b1g2h4_dk16_dv16 (B=1 G=2 H=4 dk=16 dv=16) T={T} " \
                "regime standard: FAIL o:" in msg
     # each failing output on its own line with the tier that failed it and every figure
@@ -68,7 +73,7 @@ def test_a_nonfinite_output_is_reported_with_its_first_index():
         return o.at[0, 1, 2, 3].set(jnp.nan)
 
     with pytest.raises(AssertionError) as info:
-        check_kernel(nan_at_one_element, seqs=[5], modes=["fwd"], chunk_size=64)
+        check_kernel(nan_at_one_element, seqs=[5], modes=["fwd"], chunk_size=64, regimes="standard")
     msg = str(info.value)
     assert "FAIL o" in msg and "1 non-finite, first at (0, 1, 2, 3)" in msg, msg
 
@@ -78,7 +83,7 @@ def test_a_kernel_that_raises_is_a_failure_naming_the_exception():
         raise RuntimeError("deliberately broken")
 
     with pytest.raises(AssertionError) as info:
-        check_kernel(raises, seqs=[5])
+        check_kernel(raises, seqs=[5], regimes="standard")
     msg = str(info.value)
     assert "on 1 of 1 rows" in msg
     assert "T=5 regime standard: kernel not measured: RuntimeError: deliberately broken" in msg, msg
@@ -155,7 +160,7 @@ import audit_kernels as ak  # noqa: E402
 def test_outputs_of_a_wrong_dtype_fail_naming_the_dtype(kernel, dtype):
     # correct + 1e3j used to pass (numpy dropped the imaginary part with a ComplexWarning)
     with pytest.raises(AssertionError) as info:
-        check_kernel(kernel, seqs=[5], modes=["fwd"])
+        check_kernel(kernel, seqs=[5], modes=["fwd"], regimes="standard")
     msg = str(info.value)
     assert f"kernel not measured: o: got dtype {dtype}, expected a real floating dtype" in msg, msg
     assert "budget_ulps" not in msg.split(":\n", 1)[1]          # no accuracy figures for it
@@ -171,7 +176,7 @@ def test_zero_rows_and_truncated_lengths_are_usage_errors(kwargs, text):
     from glaref._audit import AuditUsageError
 
     with pytest.raises(AuditUsageError) as info:
-        check_kernel("scan", **kwargs)
+        check_kernel("scan", **kwargs, seqs=OLD_SEQS, regimes="standard")
     assert str(info.value).startswith(text), str(info.value)
 
 
@@ -179,13 +184,13 @@ def test_a_kernel_calling_sys_exit_fails_instead_of_exiting(tmp_path):
     # as a JAX kernel (the audit engine) and as a NumPy one (glaref._frameworks)
     with pytest.raises(AssertionError,
                        match=r"kernel not measured: kernel raised SystemExit \(sys.exit\(7\)\)"):
-        check_kernel(ak.exiting_kernel, framework="jax", seqs=[5], modes=["fwd"])
+        check_kernel(ak.exiting_kernel, framework="jax", seqs=[5], modes=["fwd"], regimes="standard")
     with pytest.raises(AssertionError, match=r"kernel not measured: SystemExit: 7"):
-        check_kernel(ak.exiting_kernel, framework="numpy", seqs=[5], modes=["fwd"])
+        check_kernel(ak.exiting_kernel, framework="numpy", seqs=[5], modes=["fwd"], regimes="standard")
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(7)\n")
     from glaref._audit import AuditUsageError
     with pytest.raises(AuditUsageError, match=r"failed: it called sys.exit\(7\)$"):
-        check_kernel(f"{tmp_path / 'exits.py'}:fn")
+        check_kernel(f"{tmp_path / 'exits.py'}:fn", seqs=OLD_SEQS, regimes="standard")
 
 
 def test_rows_glaref_declines_are_an_environment_error_not_a_pass(monkeypatch):
@@ -194,7 +199,7 @@ def test_rows_glaref_declines_are_an_environment_error_not_a_pass(monkeypatch):
     monkeypatch.setattr(_device, "host_available_bytes", lambda: 1)
     with pytest.raises(AuditEnvironmentError, match=r"^1 of 1 rows not checked: fwd_bwd config "
                                                      r"\S+ T=5: the oracle needs about"):
-        check_kernel("scan", seqs=[5])
+        check_kernel("scan", seqs=[5], regimes="standard")
 
 
 BAD_ARGUMENT_TEST = """
@@ -260,7 +265,8 @@ def test_numpy_kernels_of_a_wrong_kind_fail_the_same_way(kind, why):
     # the torch/NumPy path (glaref._frameworks) checks outputs with the same function as the
     # JAX path: a failed row naming the problem, never a DTypeError or an exit out of check_kernel
     with pytest.raises(AssertionError) as info:
-        check_kernel(_numpy_kernel(kind), framework="numpy", seqs=[5], modes=["fwd"], chunk_size=1)
+        check_kernel(_numpy_kernel(kind), framework="numpy", seqs=[5], modes=["fwd"], chunk_size=1,
+                     regimes="standard")
     assert f"T=5 regime standard: kernel not measured: {why}" in str(info.value), str(info.value)
 
 
@@ -291,10 +297,13 @@ def test_torch_kernels_of_vector_gates_are_checked_with_their_dlog_alpha_form():
     assert all((r["gate"], r["dlog_alpha_form"], r["mode"]) == ("vector", "direct", "fwd_bwd")
                for r in recs)
     with pytest.raises(AssertionError) as info:
-        check_kernel(_torch_vector_scan(True), framework="torch", gate="vector", seqs=[40])
+        check_kernel(_torch_vector_scan(True), framework="torch", gate="vector", seqs=[40],
+                     regimes="standard")
     assert "T=40 regime standard gate vector: FAIL" in str(info.value), str(info.value)
     assert "\n  log_alpha (gradient): " in str(info.value)
     with pytest.raises(glaref.AuditUsageError, match="gate: got 'diagonal'"):
-        check_kernel(_torch_vector_scan(False), framework="torch", gate="diagonal", seqs=[40])
+        check_kernel(_torch_vector_scan(False), framework="torch", gate="diagonal", seqs=[40],
+                     regimes="standard")
     with pytest.raises(glaref.AuditUsageError, match="dlog_alpha_form: got 'exact'"):
-        check_kernel(_torch_vector_scan(False), framework="torch", dlog_alpha_form="exact", seqs=[40])
+        check_kernel(_torch_vector_scan(False), framework="torch", dlog_alpha_form="exact", seqs=[40],
+                     regimes="standard")
