@@ -73,7 +73,7 @@ def test_exit_1_for_a_nan_kernel_without_crashing(capsys):
 def test_a_raising_kernel_is_a_failed_row_beside_a_passing_one(capsys):
     code, out, _ = run(capsys, "--impl", f"{kernel('raising_kernel')},{kernel('scan_kernel')}",
                        "--config", "1,1,2,8,4", "--seq", "20", "--repeats", "1", "--oracle",
-                       "numpy", "--mode", "fwd")
+                       "numpy", "--mode", "fwd", "--regime", "standard")
     assert code == 1
     row = [ln for ln in out.splitlines() if ln.startswith(kernel("raising_kernel"))][0]
     assert row.endswith("FAIL: kernel raised ValueError: unsupported shape: T=20"), row
@@ -98,7 +98,7 @@ def test_repeats_0_chunk_size_and_accumulate_dtype_reach_the_engine(capsys, tmp_
     code, out, err = run(capsys, "--impl", kernel("bf16_only_kernel"), "--config", "1,1,2,8,4",
                          "--seq", "9", "--mode", "fwd", "--repeats", "0", "--oracle", "numpy",
                          "--dtype", "bfloat16", "--chunk-size", "1", "--accumulate-dtype", "float32",
-                         "--json", str(out_json))
+                         "--regime", "standard", "--json", str(out_json))
     assert code == 0, out + err
     (r,) = json.loads(out_json.read_text())["results"]
     assert r["chunk_size"] == 1 and r["accumulate_dtype"] == "float32" and r["median_ms"] is None
@@ -262,7 +262,7 @@ def test_failing_kernels_exit_1_each_row_failed_and_progress_on_stderr(tmp_path)
     out_json = tmp_path / "new" / "dir" / "r.json"     # missing directories are created
     code, out, err = cli("--impl", f"{kernel('memory_error_kernel')},{kernel('exiting_kernel')}",
                          "--config", "1,1,2,8,4", "--seq", "9,20", "--mode", "fwd", "--repeats", "1",
-                         "--oracle", "numpy", "--json", str(out_json))
+                         "--oracle", "numpy", "--regime", "standard", "--json", str(out_json))
     assert code == 1, (out, err)
     assert "Traceback" not in err
     rows = {(ln.split()[0].rsplit(":", 1)[1], ln.split()[3]): ln for ln in out.splitlines()

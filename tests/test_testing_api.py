@@ -176,7 +176,7 @@ def test_zero_rows_and_truncated_lengths_are_usage_errors(kwargs, text):
     from glaref._audit import AuditUsageError
 
     with pytest.raises(AuditUsageError) as info:
-        check_kernel("scan", **kwargs, seqs=OLD_SEQS, regimes="standard")
+        check_kernel("scan", **kwargs, regimes="standard")
     assert str(info.value).startswith(text), str(info.value)
 
 
