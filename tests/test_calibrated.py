@@ -31,6 +31,11 @@ from glaref.tolerances import tol  # noqa: E402
 
 import zoo  # noqa: E402  (tests/ is on sys.path under pytest)
 
+# the zoo's regimes in the default suite; ragged (T up to 1000, 60-90 s a dtype on CI's two cores)
+# runs under -m slow
+ZOO_REGIMES = [pytest.param(r, marks=pytest.mark.slow) if r == "ragged" else r
+               for r in regimes.DEFAULT_REGIMES]
+
 pytestmark = pytest.mark.jax
 
 SMALL = Dims(B=1, G=2, H=4, T=130, dk=16, dv=16)
@@ -63,7 +68,7 @@ def _zoo():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("regime", regimes.DEFAULT_REGIMES)
+@pytest.mark.parametrize("regime", ZOO_REGIMES)
 def test_zoo_of_correct_kernels_passes_with_the_cli_defaults(regime, dtype):
     bad, worst = [], (0.0, None)
     for dims in regimes.REGIMES[regime].cases(SMALL):
@@ -115,7 +120,7 @@ def _field_rows(regime: str, dims_list, seeds, dtype: str):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("regime", regimes.DEFAULT_REGIMES)
+@pytest.mark.parametrize("regime", ZOO_REGIMES)
 def test_the_fields_chunk_cumsum_designs_never_fail_with_the_cli_defaults(regime, dtype):
     """flash-linear-attention's chunk form (chunk-local cumsum decays; dlog_alpha by the identity
     and by autodiff) at C = 16, 32, 64 undeclared and 128, 256 declared, and Mamba2's chunk scan

@@ -114,11 +114,12 @@ def _packed_numpy(ignore_packing: bool):
 
 def test_check_kernel_checks_packed_sequences_of_numpy_kernels():
     recs = check_kernel(_packed_numpy(False), framework="numpy", configs=TINY,
-                        cu_seqlens="0,3,3,11", chunk_size=1, dlog_alpha_form="direct")
+                        cu_seqlens="0,3,3,11", chunk_size=1, dlog_alpha_form="direct",
+                        regimes="standard")
     assert len(recs) == 1 and recs[0]["ok"] and recs[0]["cu_seqlens"] == [0, 3, 3, 11]
     with pytest.raises(AssertionError, match="FAIL"):
         check_kernel(_packed_numpy(True), framework="numpy", configs=TINY,
-                     cu_seqlens="0,3,3,11")
+                     cu_seqlens="0,3,3,11", regimes="standard")
 
 
 def test_a_raising_kernels_traceback_is_the_assertions_cause():
@@ -126,7 +127,8 @@ def test_a_raising_kernels_traceback_is_the_assertions_cause():
         return np.linalg.inv(q)           # q (1, 1, 5, 4) is not square: LinAlgError
 
     with pytest.raises(AssertionError) as info:
-        check_kernel(broken_numpy_kernel, framework="numpy", configs=TINY, seqs=[5])
+        check_kernel(broken_numpy_kernel, framework="numpy", configs=TINY, seqs=[5],
+                     regimes="standard")
     assert str(info.value).startswith("kernel raised on 1 of 1 rows"), str(info.value)
     cause = str(info.value.__cause__)
     assert "broken_numpy_kernel" in cause and "np.linalg.inv(q)" in cause, cause
@@ -138,7 +140,7 @@ def test_the_cli_shows_a_raising_kernels_traceback_under_the_table(capsys, tmp_p
 
     code = main(["audit", "--impl", "tests/audit_kernels.py:raising_kernel", "--config", TINY,
                  "--seq", "20", "--mode", "fwd", "--repeats", "0", "--oracle", "numpy",
-                 "--no-progress", "--json", str(tmp_path / "r.json")])
+                 "--regime", "standard", "--no-progress", "--json", str(tmp_path / "r.json")])
     out = capsys.readouterr().out
     assert code == 1
     tb = out[out.index("traceback of "):]

@@ -139,6 +139,7 @@ def test_plot_is_written(capsys, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+@pytest.mark.slow      # ~75 s on two cores: two full audits through the shell script
 def test_gpu_audit_script_runs_both_precisions_on_cpu(tmp_path):
     env = {**os.environ, "BACKEND": "cpu", "OUTDIR": str(tmp_path), "PYTHON": sys.executable}
     r = subprocess.run(["bash", str(ROOT / "tools" / "gpu_audit.sh"), "--impl", kernel("scan_kernel"),

@@ -34,7 +34,7 @@ Determinism: kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs 
 that take independent items, (sequence, group) pairs, with the time loop serial inside and a
 group's heads in order: head 0 writes dq and dk, the others add, left to right. When there are
 fewer (sequence, group) items than threads, the items are (sequence, head) pairs with per-head
-dq, dk summed afterwards in the same head order (``glaref._numba._group_sum_kernel``): both give
+dq, dk summed afterwards in the same head order (``glaref._numba._group_sum``): both give
 the same bits, for any number of threads.
 """
 
@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from .._numba import _dot, _group_sum_kernel, _spans
+from .._numba import _dot, _group_sum, _spans
 
 _JIT = dict(fastmath=False, cache=True)
 BLOCK = 32            # steps between stored states, at least
@@ -458,8 +458,4 @@ def vjp(q, k, v, beta, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False,
     _vjp_kernel(*args, True, dqh, dkh, dvv, dbeta, dla4, dh0)
     if per_head or G == H:
         return dqh, dkh, dvv, dbeta, dla, dh0
-    dq = np.empty((B, G, T, dk))
-    dkg = np.empty((B, G, T, dk))
-    _group_sum_kernel(dqh, dq)
-    _group_sum_kernel(dkh, dkg)
-    return dq, dkg, dvv, dbeta, dla, dh0
+    return _group_sum(dqh, G), _group_sum(dkh, G), dvv, dbeta, dla, dh0
