@@ -36,6 +36,12 @@ class ArgumentError(GlarefError, ValueError):
     """A non-array argument (``impl``, ``allow_nonfinite``, ...) has a value glaref cannot use."""
 
 
+class LessAccurateWarning(UserWarning):
+    """A kernel passed, but some outputs err more than the most accurate correct designs do:
+    within what a design the field ships makes (chunk-local cumulative-sum decays, another
+    summation order), so not a failure unless the caller asks for ``strict``."""
+
+
 class NonFiniteWarning(RuntimeWarning):
     """A result of the oracle holds NaN or infinity. The message names the outputs, where the
     first non-finite value is, and why: finite inputs whose true values (or the products on the

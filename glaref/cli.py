@@ -41,7 +41,8 @@ _FLAGS = {"impl": "--impl", "config": "--config", "seq": "--seq", "mode": "--mod
           "seed": "--seed", "regime": "--regime",
           "preset": "--preset", "oracle_impl": "--oracle", "json_path": "--json",
           "layout": "--layout", "scale": "--scale", "gate": "--gate",
-          "cu_seqlens": "--cu-seqlens", "shard": "--shard"}
+          "cu_seqlens": "--cu-seqlens", "shard": "--shard", "decay_form": "--decay-form",
+          "strict": "--strict"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -104,6 +105,14 @@ def _parser() -> _Parser:
                    "alpha_t <S_{t-1}, dS_t>: a scan, autodiff). Default unknown, judged as the "
                    "identity, which errs up to ~40x more under strong decay: give direct for a "
                    "sharper dlog_alpha verdict. Built-in kernels carry their own")
+    a.add_argument("--decay-form", choices=("segment_sums", "chunk_cumsum"), help="user kernels: "
+                   "how they form decays: segment_sums (each exp(b_i - b_j) summed over its own "
+                   "steps) or chunk_cumsum (differences of a chunk-local cumulative sum, as "
+                   "flash-linear-attention's chunk kernels and Mamba2's chunk scan do). Default "
+                   "unknown: either passes. With --chunk-size it holds the kernel to its own "
+                   "design")
+    a.add_argument("--strict", action="store_true", help="a correct design less accurate than "
+                   "the most accurate one (a 'less accurate' row) fails")
     a.add_argument("--gate", default="scalar", choices=("scalar", "vector"), help="gate kind: "
                    "scalar, log_alpha (B, H, T) (default), or vector, GLA's per-key-dimension "
                    "log_alpha (B, H, T, dk), drawn per dimension by every regime (mixed_dims "
@@ -215,6 +224,7 @@ def _audit(ns: argparse.Namespace) -> int:
               repeats=ns.repeats, seed=ns.seed, regimes=ns.regime, json_path=ns.json,
               oracle_impl=ns.oracle, chunk_size=ns.chunk_size,
               accumulate_dtype=ns.accumulate_dtype, dlog_alpha_form=ns.dlog_alpha_form,
+              decay_form=ns.decay_form, strict=ns.strict,
               gate=ns.gate, cu_seqlens=ns.cu_seqlens, shard=ns.shard, probes=ns.probes,
               on_record=keep, progress=progress if ns.progress else None)
     except AuditUsageError as exc:

@@ -39,7 +39,14 @@ from ._audit._engine import JaxOptions, audit_jax, audit_kernel, check_probes
 from ._audit._presets import CHECK_CONFIG, CHECK_MODES, CHECK_REGIMES, CHECK_SEQS, Preset
 from ._audit._report import describe, figure
 from ._claims import Claims
-from ._errors import AuditEnvironmentError, AuditUsageError, ClaimError, DTypeError, ShapeError
+from ._errors import (
+    AuditEnvironmentError,
+    AuditUsageError,
+    ClaimError,
+    DTypeError,
+    LessAccurateWarning,
+    ShapeError,
+)
 from ._frameworks import FRAMEWORKS, detect_framework, dtype_name, to_host_float64
 from ._inputs import (
     _KIND,
@@ -56,7 +63,8 @@ from ._problems import round_to_dtype
 from ._verdict import PRECISIONS
 from .conventions import LOG_ALPHA_BT_SUM
 
-__all__ = ["DEFAULT_CONFIG", "DEFAULT_SEQS", "assert_close_to_oracle", "check_kernel"]
+__all__ = ["DEFAULT_CONFIG", "DEFAULT_SEQS", "LessAccurateWarning", "assert_close_to_oracle",
+           "check_kernel"]
 
 # Small enough to run in seconds on a CPU, large enough to exercise what kernels get wrong:
 # grouped heads (G=2 < H=4), T=1 (a single step), and lengths just below and above a multiple of
@@ -211,6 +219,14 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
         raise type(exc)(str(exc)) from None
     bad = [r for r in records if r.get("ok") is False]
     declined = [r for r in records if r.get("ok") is None]
+    less = [r for r in records if r.get("outcome") == "less_accurate"]
+    if less and not bad:
+        warnings.warn(LessAccurateWarning(
+            f"{len(less)} of {len(records)} rows less accurate than the most accurate designs "
+            "(not a failure; strict=True makes it one):\n"
+            + "\n".join(f"  {r['impl']} {r['mode']} T={r['seq']} ({r['regime']}): {n}"
+                         for r in less for n in r["notes"] if "less accurate" in n)),
+            stacklevel=2)
     if declined and not bad:
         raise AuditEnvironmentError(
             f"{len(declined)} of {len(records)} rows not checked: "
@@ -467,4 +483,10 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
               "above proven_bound, which no correct kernel exceeds)")
         exc.assessments = per      # the figures of every judged output, for reports
         raise exc
+    less = [a for a in per.values() if a.outcome == "less_accurate"]
+    if less:
+        warnings.warn(LessAccurateWarning(
+            f"{len(less)} of {len(per)} outputs less accurate than the most accurate designs "
+            "(not a failure; strict=True makes it one):\n" + "\n".join(f"  {a.reason}" for a in less)),
+            stacklevel=2)
     return per

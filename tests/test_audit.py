@@ -50,7 +50,8 @@ OUR_ADDITIONS = {"rel_err_out", "max_abs_err", "reference_rel_err", "reference_r
                  "nonfinite", "nonfinite_first_index", "dtype", "compute_dtype", "precision",
                  "layout", "regime", "seed", "scale", "final_state", "chunk_size",
                  "accumulate_dtype", "dlog_alpha_form", "gate", "cu_seqlens", "ok", "failures",
-                 "notes", "verdict", "oracle_ms", "where", "diagnosis", "probes"}
+                 "notes", "verdict", "oracle_ms", "where", "diagnosis", "probes", "outcome",
+                 "outcomes", "x_best", "envelope_ratio"}
 
 
 def _nrel(x, ref):
@@ -507,7 +508,8 @@ def test_a_kernel_whose_backward_raises_fails_its_row_and_check_kernel_agrees():
     assert fwd["ok"] is True, fwd
     why = "kernel raised NotImplementedError: backward not written yet"
     assert bwd["ok"] is False and bwd["failures"] == [why] and bwd["skipped"] == why, bwd
-    line = f"FAIL: 1 of 2 rows fail the verdict (first: {bwd['impl']} fwd_bwd tiny T=9 (standard): {why})"
+    line = (f"FAIL: 1 of 2 rows fail the verdict (first: {bwd['impl']} fwd_bwd tiny T=9 (standard): "
+            f"{why}); ran 1 kernel x 1 regime (standard) x float32, T 9")
     assert summary([fwd, bwd]) == (1, line)
     from glaref.testing import check_kernel
 
@@ -541,7 +543,8 @@ def test_a_row_without_a_verdict_says_so_and_is_not_counted_ok():
          "reference_ratio": {"o": None}, "ok": False, "failed_tier": {"o": "undecided"},
          "failures": [why]}
     assert Table(["k"], ["tiny"], None).line(r).endswith("  FAIL o:undecided")
-    line = f"FAIL: 1 of 1 rows fail the verdict (first: k fwd tiny T=9 (standard): {why})"
+    line = (f"FAIL: 1 of 1 rows fail the verdict (first: k fwd tiny T=9 (standard): {why}); ran "
+            "1 kernel x 1 regime (standard), T 9")
     assert summary([r]) == (1, line)
 
 

@@ -190,7 +190,8 @@ def _check_user_claims(impl_list: list, chunk_size, accumulate_dtype, dlog_alpha
 
 # audit's keywords beyond its named parameters: the kernels' claims (glaref._claims.parse), and
 # how the rows are run, with their defaults
-CLAIMS = ("dtype", "layout", "chunk_size", "accumulate_dtype", "dlog_alpha_form", "gate")
+CLAIMS = ("dtype", "layout", "chunk_size", "accumulate_dtype", "dlog_alpha_form", "decay_form",
+          "gate", "strict")
 RUN_DEFAULTS = {"precision": "default", "backend": None, "repeats": None, "scale": 1.0,
                 "oracle_impl": None, "cu_seqlens": None, "memory_guard": True, "shard": None,
                 "probes": None}

@@ -116,8 +116,9 @@ def coverage(records) -> str:
 
     regimes, dtypes, seqs = seen("regime"), seen("dtype"), sorted(seen("seq"))
     ts = ", ".join(map(str, seqs)) if len(seqs) <= 4 else f"{seqs[0]}..{seqs[-1]}"
+    kinds = f" x {','.join(dtypes)}" if dtypes else ""
     return (f"{_plural(len(seen('impl')), 'kernel')} x {_plural(len(regimes), 'regime')} "
-            f"({', '.join(regimes)}) x {','.join(dtypes)}, T {ts}")
+            f"({', '.join(regimes)}){kinds}, T {ts}")
 
 
 def config_name(c: tuple[int, int, int, int, int]) -> str:

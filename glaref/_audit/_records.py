@@ -115,6 +115,15 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
     rec["failed_tier"] = {n: a.failed_tier for n, a in per.items() if not a.ok}
     rec["failures"] = failures
     rec["notes"] = [note for a in per.values() for note in a.notes]
+    # the three outcomes (glaref._verdict.Assessment.outcome): the less accurate outputs' reasons
+    # (their x_best, the design that explains them, the declaration that sharpens the verdict)
+    # join the notes, so the table and the testing API show them
+    rec["outcomes"] = {n: a.outcome for n, a in per.items()}
+    rec["x_best"] = {n: a.x_best for n, a in per.items()}
+    rec["envelope_ratio"] = {n: a.envelope_ratio for n, a in per.items()}
+    less = [n for n, a in per.items() if a.outcome == "less_accurate" and a.ok]
+    rec["notes"] += [per[n].reason for n in less]
+    rec["outcome"] = "fail" if failures else ("less_accurate" if less else "ok")
     rec["verdict"] = _report.verdict(rec)
     # where the error is (glaref._where): every output's profile, the failing ones' in full
     profiles = _where.row_profiles(truth, m.values, m.dtypes, final=final,

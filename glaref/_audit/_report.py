@@ -24,6 +24,7 @@ from typing import Any, Iterable, TextIO
 from .._errors import AuditEnvironmentError, AuditUsageError
 from .._inputs import FORWARD, GRADS, OUTPUTS
 from .._where import where_lines
+from ._presets import coverage
 
 # Record keys beyond the seed report's (tests hold the schema to exactly these).
 RECORD_ADDITIONS = (
@@ -31,7 +32,8 @@ RECORD_ADDITIONS = (
     "budget_ulps", "budget_bound", "budget_ulps_direct", "nonfinite", "nonfinite_first_index",
     "dtype", "compute_dtype", "precision", "layout", "regime", "seed", "scale", "final_state",
     "chunk_size", "accumulate_dtype", "dlog_alpha_form", "gate", "cu_seqlens", "ok", "failed_tier",
-    "failures", "notes", "verdict", "oracle_ms", "where", "diagnosis", "probes",
+    "failures", "notes", "verdict", "oracle_ms", "where", "diagnosis", "probes", "outcome",
+    "outcomes", "x_best", "envelope_ratio",
 )
 
 ERR_COLUMNS = OUTPUTS
@@ -176,11 +178,15 @@ def bound_used(r: dict[str, Any]) -> float | None:
 
 
 def verdict(r: dict[str, Any]) -> str:
-    """A measured row's compact verdict: "ok", or "FAIL" and each failing output with the tier
+    """A measured row's compact verdict: "ok"; "less accurate" and each such output with its ratio
+    to the most accurate designs' error (x_best); or "FAIL" and each failing output with the tier
     that failed it: its ratio to the reference kernels (calibrated), "proven" (beyond the
     worst-case bound), "nan" (non-finite) or "undecided" (no verdict could be reached)."""
     if r.get("ok"):
-        return "ok"
+        if r.get("outcome") != "less_accurate":
+            return "ok"
+        less = [n for n, o in (r.get("outcomes") or {}).items() if o == "less_accurate"]
+        return "less accurate " + ",".join(f"{SHORT.get(n, n)}:{r['x_best'][n]:.3g}x" for n in less)
     tiers = r.get("failed_tier") or {}
     ratios = r.get("reference_ratio") or {}
     parts = []
@@ -355,28 +361,30 @@ def tracebacks(records: list[dict[str, Any]], most: int = 2) -> list[str]:
 
 
 def summary(records: list[dict[str, Any]]) -> tuple[int, str]:
-    """(exit code, one-line reason): 1 when a row failed (a bound exceeded, a non-finite output,
-    a kernel that raised) or nothing was audited; else 3 when glaref declined rows (skipped: not
-    enough memory), naming the first with its reason; else 0."""
+    """(exit code, one-line reason ending with what ran, ``_presets.coverage``): 1 when a row
+    failed (a bound exceeded, a non-finite output, a kernel that raised) or nothing was audited;
+    else 3 when glaref declined rows (skipped: not enough memory), naming the first with its
+    reason; else 0."""
     failed = [r for r in records if r.get("ok") is False]
     skipped = [r for r in records if r.get("ok") is None]
     measured = [r for r in records if r.get("ok") is True]
     also = f"; {len(skipped)} skipped" if skipped else ""
+    ran = f"; ran {coverage(records)}"
     if failed:
         r = failed[0]
         first = (r.get("failures") or [r.get("skipped", "")])[0]
         more = len(r.get("failures", [])) - 1
         first += f" (+{more} more output(s))" if more > 0 else ""
         return 1, (f"FAIL: {len(failed)} of {len(records)} rows fail the verdict{also} (first: "
-                   f"{_where(r)}: {first})")
+                   f"{_where(r)}: {first}){ran}")
     if not records:
         return 1, "FAIL: no row was audited"
     within = f"within {_ratio():g}x the reference kernels' error and the proven bound"
     if skipped:
         r = skipped[0]
         return 3, (f"INCOMPLETE: {len(measured)} rows {within}, {len(skipped)} of {len(records)} "
-                   f"skipped by glaref (first: {_where(r)}: {r['skipped']})")
-    return 0, f"OK: {len(measured)} rows {within}"
+                   f"skipped by glaref (first: {_where(r)}: {r['skipped']}){ran}")
+    return 0, f"OK: {len(measured)} rows {within}{ran}"
 
 
 def notes(records: list[dict[str, Any]], most: int = 6) -> list[str]:
