@@ -435,6 +435,21 @@ def _reference_run(c: golden.Case, kernel: str) -> dict[str, np.ndarray]:
     return {o: _baseline.round_to(r[g], dtype) for o, g in zip(OUTPUTS, golden.GLAREF_NAMES) if o in c}
 
 
+def _stored_truth(c: golden.Case) -> _judge.Truth:
+    """glaref's Truth for the case, holding the stored oracle values rather than this machine's
+    recomputation. The README's rule reads the stored files; the recomputed oracle may differ from
+    them in the last bits where another BLAS kernel runs (``oracles verify`` holds that gap to
+    its value tolerance), and a ratio of a float32 error to the baseline carries such a gap times
+    |value|/error (~1e7), beyond golden_rule_figures. Both sides judge against one truth here, so
+    the test compares the two implementations of the rule and nothing else."""
+    truth = _judge.Truth(_problem(c), float(c["scale"]), "numba")
+    final = bool(c.meta["final_state"])
+    live = truth.forward() + truth.grads(final)   # what no file stores (dh0 without an h0)
+    stored = tuple(c[o] if o in c else x for o, x in zip(OUTPUTS, live))
+    truth._fwd, truth._grads[final] = stored[:2], stored[2:]
+    return truth
+
+
 RULE_CASES = ["regime_strong_decay-bfloat16", "regime_near_one-float32", "edge_h0_absent-float32",
               "seed_g2h8_d128-bfloat16", "edge_T0-bfloat16"]
 
@@ -447,7 +462,7 @@ def test_readme_rule_is_glarefs_verdict(name):
     c = golden.load(name)
     dtype = c.meta["dtype"]
     assert max(c[o].size for o in c.outputs) <= 2**15      # golden_rule_figures' derivation
-    truth = _judge.Truth(_problem(c), float(c["scale"]), "numba")
+    truth = _stored_truth(c)
     R = MANIFEST["verdict"]["calibrated_ratio"]
     rng = np.random.default_rng(1)
     chunked = _reference_run(c, "chunked")
