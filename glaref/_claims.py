@@ -16,14 +16,13 @@ expected. Dtypes are accepted as users write them: ``"float32"``, ``np.float32``
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ._errors import ClaimError, GlarefError
-from ._inputs import DTYPES, GRADS, check_layout
+from ._inputs import DTYPES, GRADS, check_layout, whole_number
 from ._verdict import COMPUTE_DTYPES, DLOG_ALPHA_FORMS
 from .regimes import GATES
 from .tolerances import UNIT_ROUNDOFF
@@ -111,15 +110,7 @@ def dtype_name(x: Any, argument: str, allowed: tuple[str, ...] = COMPUTE_DTYPES)
 
 def _chunk_size(x: Any) -> int:
     """A positive integer (an int, a numpy int or a string of digits; never a bool or a float)."""
-    if isinstance(x, str):
-        t = int(x.strip()) if x.strip().lstrip("-").isdigit() else None
-    elif isinstance(x, (bool, np.bool_)):
-        t = None
-    else:
-        try:
-            t = operator.index(x)
-        except TypeError:
-            t = None
+    t = whole_number(x)
     if t is None:
         raise ClaimError("chunk_size", f"got {x!r} ({type(x).__name__}), expected a positive integer")
     if t < 1:

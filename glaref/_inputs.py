@@ -21,6 +21,7 @@ own h0[n] and ends in its own h_T[n]. Empty sequences are allowed.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -155,6 +156,23 @@ def check_flag(x: Any, name: str) -> bool:
     if isinstance(x, (bool, np.bool_)):
         return bool(x)
     raise ArgumentError(f"{name}: got {x!r} ({type(x).__name__}), expected True or False")
+
+
+def whole_number(x: Any) -> int | None:
+    """``x`` as an int when it is one: an int, a numpy integer or a string of digits (with an
+    optional sign); None for anything else, bools and floats included (a float would be
+    truncated). The callers word their own error."""
+    if isinstance(x, str):
+        try:
+            return int(x.strip())
+        except ValueError:
+            return None
+    if isinstance(x, (bool, np.bool_)):
+        return None
+    try:
+        return operator.index(x)
+    except TypeError:
+        return None
 
 
 def check_scale(scale: Any) -> float:

@@ -67,6 +67,20 @@ def checkpoint_interval(T: int) -> int:
     return max(1, math.isqrt(max(T, 1)))
 
 
+def checkpoints(S0: np.ndarray, T: int, step) -> tuple[int, list[np.ndarray]]:
+    """The forward pass keeping the states S_c for c = 0, C, 2C, ... (the state before step
+    c + 1), C = ``checkpoint_interval(T)``: (C, [S_0, S_C, ...]). ``step(t, S)`` returns S_{t+1}
+    from S_t; S0 is copied, never written."""
+    C = checkpoint_interval(T)
+    kept = []
+    S = S0.copy()
+    for t in range(T):
+        if t % C == 0:
+            kept.append(S)
+        S = step(t, S)
+    return C, kept
+
+
 def forward(q, k, v, log_alpha, h0, scale=1.0, cu_seqlens=None):
     """Return (o, h_T) of the recurrence. o: (B, H, T, dv), h_T: (B, H, dk, dv) ((N, H, dk, dv)
     with cu_seqlens)."""
@@ -96,26 +110,20 @@ def vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False, cu_seq
     alpha = np.exp(log_alpha)
     dtype = np.result_type(q, k, v, log_alpha, h0, do, *(() if dh_T is None else (dh_T,)))
 
-    # Forward pass, keeping S_{c} for c = 0, C, 2C, ... (the state *before* step c+1).
-    C = checkpoint_interval(T)
-    checkpoints = []
-    S = h0.astype(dtype, copy=True)
-    for t in range(T):
-        if t % C == 0:
-            checkpoints.append(S)
-        S = _step(S, alpha[:, :, t], kh[:, :, t], v[:, :, t])
+    C, kept = checkpoints(h0.astype(dtype), T,
+                          lambda t, S: _step(S, alpha[:, :, t], kh[:, :, t], v[:, :, t]))
 
     dqh = np.empty(qh.shape, dtype=dtype)
     dkh = np.empty(kh.shape, dtype=dtype)
     dvv = np.empty(v.shape, dtype=dtype)
     dla = np.empty(log_alpha.shape, dtype=dtype)
     # Gc carries alpha_{t+1} G_{t+1} into step t (zero-based t below is step t+1 of the math).
-    Gc = np.zeros_like(S) if dh_T is None else dh_T.astype(dtype, copy=True)
+    Gc = np.zeros(h0.shape, dtype) if dh_T is None else dh_T.astype(dtype, copy=True)
 
-    for c in reversed(range(len(checkpoints))):
+    for c in reversed(range(len(kept))):
         start, stop = c * C, min(T, (c + 1) * C)
         # States S_{start}, ..., S_{stop} of this block, recomputed from its checkpoint.
-        states = [checkpoints[c]]
+        states = [kept[c]]
         for t in range(start, stop):
             states.append(_step(states[-1], alpha[:, :, t], kh[:, :, t], v[:, :, t]))
         for t in reversed(range(start, stop)):

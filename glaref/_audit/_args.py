@@ -7,7 +7,6 @@ how they are measured (preset, repeats, precision, oracle) and what :func:`heade
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
@@ -16,7 +15,7 @@ import numpy as np
 from .. import _problems
 from .. import regimes as _regimes
 from .._errors import AuditUsageError, GlarefError
-from .._inputs import Dims, check_cu_seqlens, check_scale
+from .._inputs import Dims, check_cu_seqlens, check_scale, whole_number
 from ._family import SCALAR_GATE, Family
 from ._presets import MODES, PRESETS, Preset, check_config, config_name, parse_config, regime_names
 
@@ -54,18 +53,7 @@ def split(x) -> list:
 def integer(name: str, x, low: int) -> int:
     """An integer argument (int, numpy int or a string of digits; never a bool or a float, which
     would be truncated) that is at least ``low``."""
-    if isinstance(x, str):
-        try:
-            t = int(x.strip())
-        except ValueError:
-            t = None
-    elif isinstance(x, (bool, np.bool_)):
-        t = None
-    else:
-        try:
-            t = operator.index(x)
-        except TypeError:
-            t = None
+    t = whole_number(x)
     what = "a positive integer" if low == 1 else f"an integer >= {low}"
     if t is None:
         raise AuditUsageError(f"{name}: got {x!r} ({type(x).__name__}), expected {what}")

@@ -55,6 +55,19 @@ def _ndim(a: np.ndarray, name: str, ndim: int, spelled: str) -> None:
         raise ShapeError(f"{name}: got shape {a.shape} ({a.ndim} dims), expected {spelled}")
 
 
+def _qkv(q: Any, k: Any, v: Any, gqa: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FLA's q, k ([B, T, HQ, K]) and v ([B, T, H, V]) as float64 host arrays, their shapes
+    checked; ``gqa`` says why more query heads than value heads is refused."""
+    qa, ka, va = to_host_float64(q, "q"), to_host_float64(k, "k"), to_host_float64(v, "v")
+    _ndim(qa, "q", 4, "4 dims [B, T, HQ, K]")
+    _ndim(ka, "k", 4, "4 dims [B, T, HQ, K]")
+    _ndim(va, "v", 4, "4 dims [B, T, H, V]")
+    HQ, H = qa.shape[2], va.shape[2]
+    if HQ > H:
+        raise ShapeError(f"q: got {HQ} heads for v's {H}, expected at most {H}: {gqa}")
+    return qa, ka, va
+
+
 def _state_in(x: Any, name: str, shape: tuple[int, ...], v_first: bool) -> np.ndarray | None:
     """An FLA state ([B, H, K, V], or [B, H, V, K] when v_first) as glaref's (B, H, K, V)."""
     if x is None:
@@ -85,15 +98,10 @@ def simple_gla_inputs(q, k, v, g=None, g_gamma=None, scale=None, initial_state=N
     detached and copied to the host); every value is widened exactly. g + g_gamma is one float64
     addition (exact for float32 and 16-bit gates of comparable size, within 1 u64 otherwise).
     """
-    qa, ka, va = to_host_float64(q, "q"), to_host_float64(k, "k"), to_host_float64(v, "v")
-    _ndim(qa, "q", 4, "4 dims [B, T, H, K]")
-    _ndim(ka, "k", 4, "4 dims [B, T, H, K]")
-    _ndim(va, "v", 4, "4 dims [B, T, H, V]")
+    qa, ka, va = _qkv(q, k, v, "several query heads reading one state (GQA) is not "
+                      "simple_gla's recurrence")
     B, T, G, K = qa.shape
     H, V = va.shape[2], va.shape[3]
-    if G > H:
-        raise ShapeError(f"q: got {G} heads for v's {H}, expected at most {H}: several query heads "
-                         "reading one state (GQA) is not simple_gla's recurrence")
     log_alpha = np.zeros((B, T, H))
     if g is not None:
         ga = to_host_float64(g, "g")

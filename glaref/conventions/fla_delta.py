@@ -31,7 +31,7 @@ import numpy as np
 from .._errors import ShapeError
 from .._frameworks import dtype_name, to_host_float64
 from .._inputs import from_canonical
-from .fla import _ndim, _state_in, _state_out
+from .fla import _qkv, _state_in, _state_out
 
 __all__ = ["FLA_NAMES", "L2NORM_EPS", "delta_from_glaref", "delta_inputs", "delta_outputs",
            "delta_reference", "delta_scales"]
@@ -63,15 +63,9 @@ def delta_inputs(q, k, v, g=None, beta=None, scale=None, initial_state=None, do=
     g None means no decay (DeltaNet); beta None means beta = 1. g of shape [B, T, H] is a scalar
     gate (GDN), [B, T, H, K] a vector gate (KDA).
     """
-    qa, ka, va = to_host_float64(q, "q"), to_host_float64(k, "k"), to_host_float64(v, "v")
-    _ndim(qa, "q", 4, "4 dims [B, T, HQ, K]")
-    _ndim(ka, "k", 4, "4 dims [B, T, HQ, K]")
-    _ndim(va, "v", 4, "4 dims [B, T, H, V]")
+    qa, ka, va = _qkv(q, k, v, "q and k heads are shared by groups of value heads")
     B, T, HQ, K = qa.shape
     H, V = va.shape[2], va.shape[3]
-    if HQ > H:
-        raise ShapeError(f"q: got {HQ} heads for v's {H}, expected at most {H} (q and k heads "
-                         "shared by groups of value heads)")
     la = np.zeros((B, T, H)) if g is None else to_host_float64(g, "g")
     if la.shape not in ((B, T, H), (B, T, H, K)):
         raise ShapeError(f"g: got shape {la.shape}, expected {(B, T, H)} [B, T, H] (GDN) or "

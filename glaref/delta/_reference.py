@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._reference import _decay, _group_sum, _per_head, _spans, checkpoint_interval
+from .._reference import _decay, _group_sum, _per_head, _spans, checkpoints
 
 
 def _step(S, alpha_t, beta_t, k_t, v_t):
@@ -78,27 +78,21 @@ def vjp(q, k, v, beta, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False,
     dtype = np.result_type(q, k, v, beta, log_alpha, h0, do,
                            *(() if dh_T is None else (dh_T,)))
 
-    # Forward pass, keeping S_c for c = 0, C, 2C, ... (the state before step c + 1).
-    C = checkpoint_interval(T)
-    checkpoints = []
-    S = h0.astype(dtype, copy=True)
-    for t in range(T):
-        if t % C == 0:
-            checkpoints.append(S)
-        S = _step(S, alpha[:, :, t], beta[:, :, t], kh[:, :, t], v[:, :, t])[2]
+    C, kept = checkpoints(h0.astype(dtype), T, lambda t, S: _step(
+        S, alpha[:, :, t], beta[:, :, t], kh[:, :, t], v[:, :, t])[2])
 
     dqh = np.empty(qh.shape, dtype=dtype)
     dkh = np.empty(kh.shape, dtype=dtype)
     dvv = np.empty(v.shape, dtype=dtype)
     dbeta = np.empty(beta.shape, dtype=dtype)
     dla = np.empty(log_alpha.shape, dtype=dtype)
-    Cc = np.zeros_like(S) if dh_T is None else dh_T.astype(dtype, copy=True)
+    Cc = np.zeros(h0.shape, dtype) if dh_T is None else dh_T.astype(dtype, copy=True)
     inner = "bhkv,bhkv->bh" if alpha.ndim == 3 else "bhkv,bhkv->bhk"
 
-    for c in reversed(range(len(checkpoints))):
+    for c in reversed(range(len(kept))):
         start, stop = c * C, min(T, (c + 1) * C)
         # S~_t, r_t, S_t of this block, recomputed from its checkpoint.
-        steps, S = [], checkpoints[c]
+        steps, S = [], kept[c]
         for t in range(start, stop):
             steps.append(_step(S, alpha[:, :, t], beta[:, :, t], kh[:, :, t], v[:, :, t]))
             S = steps[-1][2]
