@@ -103,7 +103,7 @@ def vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False, cu_seq
     With ``per_head=True`` dq and dk come back per head, (B, H, T, dk), before the group sum.
     """
     if cu_seqlens is not None:
-        return _packed_vjp(q, k, v, log_alpha, h0, do, dh_T, scale, per_head, cu_seqlens)
+        return packed_vjp(vjp, (q, k, v, log_alpha), h0, do, dh_T, scale, per_head, cu_seqlens)
     B, H, T, dv = v.shape
     G = q.shape[1]
     qh, kh = _per_head(q, H), _per_head(k, H)
@@ -193,19 +193,21 @@ def _packed_forward(q, k, v, log_alpha, h0, scale, cu_seqlens):
     return o, h_T
 
 
-def _packed_vjp(q, k, v, log_alpha, h0, do, dh_T, scale, per_head, cu_seqlens):
-    """Packed sequences (B = 1): the vjp of every sequence on its own."""
-    H = v.shape[1]
-    dtype = np.result_type(q, k, v, log_alpha, h0, do, *(() if dh_T is None else (dh_T,)))
+def packed_vjp(vjp_one, xs, h0, do, dh_T, scale, per_head, cu_seqlens):
+    """Packed sequences (B = 1): ``vjp_one`` on every sequence on its own. ``xs`` are the inputs
+    that run along t, in vjp_one's order and starting with q, k, v; the gradients come back in
+    that order, then dh0."""
+    q, H = xs[0], xs[2].shape[1]
+    dtype = np.result_type(*xs, h0, do, *(() if dh_T is None else (dh_T,)))
     G_out = H if per_head else q.shape[1]
-    dq = np.zeros(q.shape[:1] + (G_out,) + q.shape[2:], dtype=dtype)
-    dk = np.zeros_like(dq)
-    dvv = np.zeros(v.shape, dtype=dtype)
-    dla = np.zeros(log_alpha.shape, dtype=dtype)
+    dqk = q.shape[:1] + (G_out,) + q.shape[2:]
+    grads = [np.zeros(dqk, dtype), np.zeros(dqk, dtype)] + [np.zeros(x.shape, dtype) for x in xs[2:]]
     dh0 = np.empty(h0.shape, dtype=dtype)
     for n, (t0, t1) in enumerate(_spans(cu_seqlens)):
         ts = slice(t0, t1)
-        r = vjp(q[:, :, ts], k[:, :, ts], v[:, :, ts], log_alpha[:, :, ts], h0[n:n + 1],
-                do[:, :, ts], None if dh_T is None else dh_T[n:n + 1], scale, per_head)
-        dq[:, :, ts], dk[:, :, ts], dvv[:, :, ts], dla[:, :, ts], dh0[n:n + 1] = r
-    return dq, dk, dvv, dla, dh0
+        r = vjp_one(*(x[:, :, ts] for x in xs), h0[n:n + 1], do[:, :, ts],
+                    None if dh_T is None else dh_T[n:n + 1], scale, per_head)
+        for g, x in zip(grads, r[:-1]):
+            g[:, :, ts] = x
+        dh0[n:n + 1] = r[-1]
+    return (*grads, dh0)

@@ -68,6 +68,16 @@ def _qkv(q: Any, k: Any, v: Any, gqa: str) -> tuple[np.ndarray, np.ndarray, np.n
     return qa, ka, va
 
 
+def _result(results: Mapping[str, Any], name: str, kind: str | None = None) -> np.ndarray | None:
+    """``results[name]`` as a float64 array (None when missing or None); with ``kind`` ("qk",
+    "v", "gate") taken from glaref's "bhtd" layout to FLA's [B, T, H, ...]."""
+    x = results.get(name)
+    if x is None:
+        return None
+    x = np.asarray(x, dtype=np.float64)
+    return x if kind is None else from_canonical(x, kind, "bthd")
+
+
 def _state_in(x: Any, name: str, shape: tuple[int, ...], v_first: bool) -> np.ndarray | None:
     """An FLA state ([B, H, K, V], or [B, H, V, K] when v_first) as glaref's (B, H, K, V)."""
     if x is None:
@@ -166,12 +176,10 @@ def simple_gla_from_glaref(results: Mapping[str, Any], *, g: bool = True, g_gamm
     None) under FLA's names: o [B, T, H, V], ht, dq, dk, dv, dg [B, T, H] (when the call had a
     ``g``), dg_gamma [H] (dlog_alpha summed over b and t; when it had a ``g_gamma``), dh0."""
     def get(name):
-        x = results.get(name)
-        return None if x is None else np.asarray(x, dtype=np.float64)
+        return _result(results, name)
 
     def bthd(name, kind):
-        x = get(name)
-        return None if x is None else from_canonical(x, kind, "bthd")
+        return _result(results, name, kind)
 
     dla = get("log_alpha")
     return {"o": bthd("o", "v"), "ht": _state_out(get("h_T"), state_v_first),

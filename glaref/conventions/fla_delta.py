@@ -30,8 +30,7 @@ import numpy as np
 
 from .._errors import ShapeError
 from .._frameworks import dtype_name, to_host_float64
-from .._inputs import from_canonical
-from .fla import _qkv, _state_in, _state_out
+from .fla import _qkv, _result, _state_in, _state_out
 
 __all__ = ["FLA_NAMES", "L2NORM_EPS", "delta_from_glaref", "delta_inputs", "delta_outputs",
            "delta_reference", "delta_scales"]
@@ -100,12 +99,10 @@ def delta_from_glaref(results: dict[str, Any], *, state_v_first: bool = False,
     names and layout (``FLA_NAMES``). With ``inputs`` (``delta_inputs``'s dict) dq and dk are
     taken back through the in-kernel L2 normalisation and dbeta through the in-kernel sigmoid."""
     def get(name):
-        x = results.get(name)
-        return None if x is None else np.asarray(x, dtype=np.float64)
+        return _result(results, name)
 
     def bthd(name, kind):
-        x = get(name)
-        return None if x is None else from_canonical(x, kind, "bthd")
+        return _result(results, name, kind)
 
     dq, dk, db = bthd("q", "qk"), bthd("k", "qk"), bthd("beta", "gate")
     if inputs is not None and inputs.get("_l2") is not None:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._reference import _decay, _group_sum, _per_head, _spans, checkpoints
+from .._reference import _decay, _group_sum, _per_head, _spans, checkpoints, packed_vjp
 
 
 def _step(S, alpha_t, beta_t, k_t, v_t):
@@ -70,7 +70,8 @@ def vjp(q, k, v, beta, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False,
     """Return (dq, dk, dv, dbeta, dlog_alpha, dh0): the gradient of
     L = sum(o * do) + sum(h_T * dh_T). ``per_head=True``: dq, dk per head (B, H, T, dk)."""
     if cu_seqlens is not None:
-        return _packed_vjp(q, k, v, beta, log_alpha, h0, do, dh_T, scale, per_head, cu_seqlens)
+        return packed_vjp(vjp, (q, k, v, beta, log_alpha), h0, do, dh_T, scale, per_head,
+                          cu_seqlens)
     B, H, T, dv = v.shape
     G = q.shape[1]
     qh, kh = _per_head(q, H), _per_head(k, H)
@@ -125,24 +126,3 @@ def _packed_forward(q, k, v, beta, log_alpha, h0, scale, cu_seqlens):
         o[:, :, ts], h_T[n:n + 1] = forward(q[:, :, ts], k[:, :, ts], v[:, :, ts], beta[:, :, ts],
                                             log_alpha[:, :, ts], h0[n:n + 1], scale)
     return o, h_T
-
-
-def _packed_vjp(q, k, v, beta, log_alpha, h0, do, dh_T, scale, per_head, cu_seqlens):
-    """Packed sequences (B = 1): the vjp of every sequence on its own."""
-    H = v.shape[1]
-    dtype = np.result_type(q, k, v, beta, log_alpha, h0, do, *(() if dh_T is None else (dh_T,)))
-    G_out = H if per_head else q.shape[1]
-    dq = np.zeros(q.shape[:1] + (G_out,) + q.shape[2:], dtype=dtype)
-    dk = np.zeros_like(dq)
-    dvv = np.zeros(v.shape, dtype=dtype)
-    dbeta = np.zeros(beta.shape, dtype=dtype)
-    dla = np.zeros(log_alpha.shape, dtype=dtype)
-    dh0 = np.empty(h0.shape, dtype=dtype)
-    for n, (t0, t1) in enumerate(_spans(cu_seqlens)):
-        ts = slice(t0, t1)
-        r = vjp(q[:, :, ts], k[:, :, ts], v[:, :, ts], beta[:, :, ts], log_alpha[:, :, ts],
-                h0[n:n + 1], do[:, :, ts], None if dh_T is None else dh_T[n:n + 1], scale,
-                per_head)
-        dq[:, :, ts], dk[:, :, ts], dvv[:, :, ts], dbeta[:, :, ts], dla[:, :, ts] = r[:5]
-        dh0[n:n + 1] = r[5]
-    return dq, dk, dvv, dbeta, dla, dh0
