@@ -29,10 +29,12 @@ from typing import Callable
 
 import numpy as np
 
-from . import golden
+from . import __version__, _baseline, _exact, _judge, _metrics, _verdict, golden, regimes
+from ._audit._presets import SEED_CONFIGS
 from ._inputs import Dims, Problem
 from ._problems import round_problem
 from .golden import FIGURES, GLAREF_NAMES, OUTPUTS, STRUCTURES, OracleFileError
+from .tolerances import UNIT_ROUNDOFF, tol
 
 DTYPES = ("float32", "bfloat16")
 # What the reference kernels (and the proven bound) assume a kernel of each dtype accumulates in.
@@ -68,9 +70,6 @@ class Spec:
 
 
 def _specs() -> list[Spec]:
-    from . import regimes
-    from ._audit._presets import SEED_CONFIGS
-
     out = []
     for cname, (_B, G, H, dk, dv) in SEED_CONFIGS.items():
         stateless = cname in STATELESS_SEEDS
@@ -140,8 +139,6 @@ def tags(spec: Spec) -> list[str]:
 def problem(spec: Spec, dtype: str) -> Problem:
     """The case's canonical problem: the regime's inputs rounded to ``dtype`` (h0 zeros when
     absent, dh_T None without a final state)."""
-    from . import regimes
-
     p = round_problem(regimes.make_inputs(spec.regime, spec.dims, spec.seed), dtype)
     return p._replace(h0=p.h0 if spec.h0 else np.zeros_like(p.h0),
                       dh_T=p.dh_T if spec.final_state else None)
@@ -156,9 +153,6 @@ def _norm(x: np.ndarray) -> float:
 
 def build_arrays(spec: Spec, dtype: str, impl: str = ORACLE_IMPL) -> dict[str, np.ndarray]:
     """Every array of one case (golden.ARRAYS, less the absent state's), float64 "bhtd"."""
-    from . import _baseline, _judge, _metrics, _verdict
-    from .tolerances import UNIT_ROUNDOFF
-
     p = problem(spec, dtype)
     final = spec.final_state
     acc = ACCUMULATE[dtype]
@@ -285,10 +279,7 @@ def mpmath_figures(spec: Spec, arrays: dict[str, np.ndarray]) -> dict | None:
     name = mpmath_tolerance(spec.dims)
     if name is None:
         return None
-    import mpmath
-
-    from . import _exact
-    from .tolerances import tol
+    import mpmath  # a test dependency: loaded when used
 
     mp = mpmath.mp
     z = np.zeros((spec.dims.B, spec.dims.H, spec.dims.dk, spec.dims.dv))
@@ -335,9 +326,6 @@ def fingerprint() -> dict:
 
 
 def verdict_entry() -> dict:
-    from . import _baseline
-    from .tolerances import tol
-
     return {
         "calibrated_ratio": tol("calibrated_ratio"),
         "calibrated_floor": tol("calibrated_floor"),
@@ -361,8 +349,6 @@ def verdict_entry() -> dict:
 
 
 def build_manifest(entries: dict[str, dict]) -> dict:
-    from . import __version__
-
     return {
         "format_version": golden.FORMAT_VERSION,
         "generator": {"glaref": __version__, "format_version": golden.FORMAT_VERSION,
@@ -460,8 +446,6 @@ RATIO_FIGURES = {"ref_err", "ref_budget_ulps", "baseline_err"}
 def _compare(name: str, array: str, stored: np.ndarray, fresh: np.ndarray,
              stored_all: dict) -> str | None:
     """None when ``fresh`` (recomputed here) matches ``stored``, else the mismatch, named."""
-    from .tolerances import tol
-
     where = f"case {name}: array {array}"
     if stored.shape != fresh.shape:
         return f"{where}: stored shape {stored.shape}, recomputed {fresh.shape}"
@@ -501,8 +485,6 @@ def _compare(name: str, array: str, stored: np.ndarray, fresh: np.ndarray,
 def _check_mpmath_entry(spec: Spec, m, arrays: dict[str, np.ndarray]) -> str | None:
     """The manifest's mpmath entry of a case is present exactly when the case is small enough,
     measured the stored arrays, and lies within the tolerance it names."""
-    from .tolerances import tol
-
     want = mpmath_tolerance(spec.dims)
     if want is None:
         return None if m is None else f"mpmath: got {m!r}, expected null (case too large)"

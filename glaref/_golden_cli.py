@@ -11,8 +11,12 @@ array), 2 usage error (an unknown --case, a --dir without manifest.json: valid n
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
+
+from . import _golden_build as gb
+from . import golden
 
 
 def add_parser(sub) -> None:
@@ -57,9 +61,6 @@ def _err(msg: str) -> None:
 
 def _usage_error(ns: argparse.Namespace, folder: Path) -> str | None:
     """What is wrong with verify's --dir or --case (a typo, not a data failure), or None."""
-    from . import _golden_build as gb
-    from . import golden
-
     if ns.dir and not (folder / golden.MANIFEST).is_file():
         what = "is not a folder" if not folder.is_dir() else f"holds no {golden.MANIFEST}"
         return (f"--dir: got {ns.dir!r}, which {what}; expected a folder of golden vectors (the "
@@ -77,13 +78,10 @@ def _usage_error(ns: argparse.Namespace, folder: Path) -> str | None:
 
 
 def _has_mpmath() -> bool:
-    import importlib.util
     return importlib.util.find_spec("mpmath") is not None
 
 
 def run(ns: argparse.Namespace) -> int:
-    from . import _golden_build as gb
-
     progress = (lambda m: print(m, file=sys.stderr, flush=True)) if sys.stderr.isatty() else None
     if ns.oracles_action == "generate":
         if not ns.no_mpmath and not _has_mpmath():

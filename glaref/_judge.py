@@ -18,11 +18,13 @@ import time
 
 import numpy as np
 
-from . import _baseline, _claims, _verdict
+from . import _baseline, _claims, _metrics, _verdict
+from ._budget import problem_scales
 from ._claims import Claims
 from ._designs import yardstick
 from ._errors import NonFiniteError
 from ._inputs import _KIND, FORWARD, GRADS, OUTPUTS, Problem, from_canonical
+from ._oracle import _quiet, backend, nonfinite_report
 from .tolerances import UNIT_ROUNDOFF
 
 
@@ -30,8 +32,6 @@ class Truth:
     """Oracle results for one problem, computed on first use and timed separately."""
 
     def __init__(self, problem: Problem, scale: float, impl: str):
-        from ._oracle import backend
-
         self.p, self.scale, self.impl = problem, scale, impl
         self.be = backend(impl)
         self._fwd = None
@@ -44,14 +44,12 @@ class Truth:
     def _finite(self, what: str, results: dict[str, np.ndarray]) -> None:
         """The oracle's results must be finite to judge anything against them; with moderate
         inputs only an extreme ``scale`` makes them overflow."""
-        from ._oracle import nonfinite_report
         msg = nonfinite_report(f"the oracle's {what}", self.p, self.scale, results)
         if msg is not None:
             raise NonFiniteError(f"scale: got {self.scale:g}; {msg}")
 
     def forward(self):
         if self._fwd is None:
-            from ._oracle import _quiet
             t0 = time.perf_counter()
             p = self.p
             with _quiet():
@@ -63,7 +61,6 @@ class Truth:
 
     def grads(self, with_dh_T: bool):
         if with_dh_T not in self._grads:
-            from ._oracle import _quiet
             t0 = time.perf_counter()
             p = self.p
             with _quiet():
@@ -77,8 +74,6 @@ class Truth:
     def scales(self, with_dh_T: bool, with_grads: bool) -> dict[str, np.ndarray]:
         key = (with_dh_T, with_grads)
         if key not in self._scales:
-            from ._budget import problem_scales
-            from ._oracle import _quiet
             t0 = time.perf_counter()
             p = self.p._replace(dh_T=self.p.dh_T if with_dh_T else None,
                                 do=self.p.do if with_grads else None)
@@ -192,7 +187,6 @@ def locate_nonfinite(per: dict[str, _verdict.Assessment], canonical: dict[str, n
     """Re-express each failing Assessment's first non-finite index in the caller's ``layout``
     (``assess`` finds it in the canonical one), its reason with it; ``canonical``: the values
     judged."""
-    from . import _metrics
 
     for name, a in per.items():
         if a.nonfinite:

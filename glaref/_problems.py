@@ -20,13 +20,13 @@ from typing import Iterable
 
 import numpy as np
 
+from . import regimes as _regimes
+from ._baseline import round_to
 from ._inputs import DTYPES, Dims, Problem
 
 
 def _bfloat16(x: np.ndarray) -> np.ndarray:
     """float64 -> bfloat16 (as float64 values), correctly rounded."""
-    from ._baseline import round_to
-
     with np.errstate(over="ignore"):              # beyond float32's range: inf, as it should
         f = x.astype(np.float32)                  # to nearest: may round away from zero
     back = f.astype(np.float64)
@@ -65,8 +65,6 @@ def plan(regimes: Iterable[str], configs: dict[str, tuple[int, ...]],
          seqs: Iterable[int]) -> list[tuple[str, str, Dims]]:
     """The rows to run: (regime, config name, sizes) for every regime, config and sequence
     length, with the sizes each regime derives from them (``Regime.cases``), in that order."""
-    from . import regimes as _regimes
-
     seqs = list(seqs)
     rows = []
     for regime in regimes:
@@ -81,7 +79,5 @@ def make_problem(regime: str, dims: Dims, seed: int, dtype: str, *, gate: str = 
                  cu_seqlens=None) -> Problem:
     """The problem of one row: ``glaref.regimes.make_inputs`` rounded to ``dtype`` (``gate`` and
     ``cu_seqlens`` as there: vector gates, packed sequences)."""
-    from . import regimes as _regimes
-
     return round_problem(_regimes.make_inputs(regime, dims, seed, gate=gate, cu_seqlens=cu_seqlens),
                          dtype)

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from . import regimes as _regimes
 from ._inputs import LAYOUTS, Dims, Problem
+from ._problems import round_problem  # the audit's own rounding, not a second copy
 
 __all__ = ["DTYPES", "dims", "dtypes", "layouts", "problems", "regimes", "rounded", "seeds"]
 
@@ -99,5 +100,4 @@ def rounded(problem: Problem, dtype: str) -> Problem:
     numbers a kernel of that dtype receives, on which the oracle is then run."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype: got {dtype!r}, expected one of {DTYPES}")
-    from ._problems import round_problem  # the audit's own rounding, not a second copy
     return round_problem(problem, dtype)

@@ -1,4 +1,4 @@
-"""`import glaref` is cheap and pulls in nothing heavy until used (checked in fresh processes)."""
+"""`import glaref` pulls in nothing heavy until used (checked in fresh processes)."""
 
 from __future__ import annotations
 
@@ -25,12 +25,11 @@ def _probe(code: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def test_import_is_fast_and_light():
-    # best of three fresh interpreters: the machine is shared, a single run can be descheduled
-    runs = [_probe(_PROBE) for _ in range(3)]
-    assert all(r["heavy"] == [] for r in runs), f"import glaref loaded {runs[0]['heavy']}"
-    best = min(r["seconds"] for r in runs)
-    assert best < 0.5, f"import glaref took {best:.3f} s (best of 3), expected < 0.5 s"
+def test_import_is_light():
+    # What `import glaref` loads is checked here; how long it takes is a figure of
+    # tools/first_hour.py (import_s), never a timed unit test (a shared CI core can deschedule it).
+    r = _probe(_PROBE)
+    assert r["heavy"] == [], f"import glaref loaded {r['heavy']}"
 
 
 _BLOCKED = blocked_imports("numba", "jax", "jaxlib", "torch", "ml_dtypes", "matplotlib",

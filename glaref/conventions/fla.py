@@ -41,8 +41,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .. import _budget, _oracle, regimes
 from .._errors import ShapeError
-from .._frameworks import dtype_name, to_host_float64
+from .._frameworks import _numpy_dtype, dtype_name, to_host_float64
 from .._inputs import Dims, canonicalize, from_canonical, to_canonical
 from . import GLAREF_NAMES, LOG_ALPHA_BT_SUM
 
@@ -191,18 +192,16 @@ def simple_gla_from_glaref(results: Mapping[str, Any], *, g: bool = True, g_gamm
 
 def _reference(fn_scales: bool, q, k, v, g, g_gamma, scale, initial_state, do, dht,
                state_v_first, impl):
-    import glaref
-
     m = simple_gla_inputs(q, k, v, g, g_gamma, scale, initial_state, do, dht, state_v_first)
     args = (m["q"], m["k"], m["v"], m["log_alpha"], m["h0"])
     if fn_scales:
-        s = glaref.scales(*args, m["do"], m["dh_T"], scale=m["scale"], impl=impl)
+        s = _budget.scales(*args, m["do"], m["dh_T"], scale=m["scale"], impl=impl)
         res = {n: getattr(s, n) for n in GLAREF_NAMES}
     else:
-        o, h_T = glaref.forward(*args, scale=m["scale"], impl=impl)
+        o, h_T = _oracle.forward(*args, scale=m["scale"], impl=impl)
         res = {"o": o, "h_T": h_T}
         if m["do"] is not None:
-            gr = glaref.vjp(*args, m["do"], m["dh_T"], scale=m["scale"], impl=impl)
+            gr = _oracle.vjp(*args, m["do"], m["dh_T"], scale=m["scale"], impl=impl)
             res.update(q=gr.q, k=gr.k, v=gr.v, log_alpha=gr.log_alpha, h0=gr.h0)
     return simple_gla_from_glaref(res, g=g is not None, g_gamma=g_gamma is not None,
                                   state_v_first=state_v_first)
@@ -236,8 +235,6 @@ def simple_gla_case(B: int, T: int, H: int, K: int, V: int, dtype: Any = "float3
     requires_grad; "numpy": arrays (bfloat16 needs ml_dtypes). h0 and dht are [B, H, K, V], or
     [B, H, V, K] with ``state_v_first``.
     """
-    from .. import regimes
-
     p = regimes.make_inputs(regime, Dims(B, H, H, T, K, V), seed)
     arrays = [from_canonical(p.q, "qk", "bthd"), from_canonical(p.k, "qk", "bthd"),
               from_canonical(p.v, "v", "bthd"), from_canonical(p.log_alpha, "gate", "bthd"),
@@ -259,8 +256,6 @@ def _as_framework(arrays, dtype, framework: str, device: str, grads):
                      torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=tdtype)
                      .requires_grad_(gr) for a, gr in zip(arrays, grads))
     if framework == "numpy":
-        from .._frameworks import _numpy_dtype
-
         npd = _numpy_dtype(dtype if isinstance(dtype, str) else np.dtype(dtype).name)
         return tuple(None if a is None else np.ascontiguousarray(a).astype(npd) for a in arrays)
     raise ValueError(f"framework: got {framework!r}, expected 'torch' or 'numpy'")
@@ -304,8 +299,6 @@ def gla_case(B: int, T: int, H: int, K: int, V: int, dtype: Any = "float32", see
              state_v_first: bool = False):
     """Random gla inputs and cotangents in FLA's layout, ``(q, k, v, g, h0, do, dht)`` with g
     [B, T, H, K]: glaref's regime drawn with vector gates, otherwise as :func:`simple_gla_case`."""
-    from .. import regimes
-
     p = regimes.make_inputs(regime, Dims(B, H, H, T, K, V), seed, gate="vector")
     arrays = [from_canonical(p.q, "qk", "bthd"), from_canonical(p.k, "qk", "bthd"),
               from_canonical(p.v, "v", "bthd"), from_canonical(p.log_alpha, "gate", "bthd"),

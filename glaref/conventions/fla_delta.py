@@ -30,6 +30,8 @@ import numpy as np
 
 from .._errors import ShapeError
 from .._frameworks import dtype_name, to_host_float64
+from ..delta import _oracle as gd
+from ..delta._oracle import canonicalize
 from .fla import _qkv, _result, _state_in, _state_out
 
 __all__ = ["FLA_NAMES", "L2NORM_EPS", "delta_from_glaref", "delta_inputs", "delta_outputs",
@@ -81,8 +83,6 @@ def delta_inputs(q, k, v, g=None, beta=None, scale=None, initial_state=None, do=
     NS = B if cu_seqlens is None else len(np.asarray(cu_seqlens)) - 1
     h0 = _state_in(initial_state, "initial_state", (NS, H, K, V), state_v_first)
     dh_T = _state_in(dht, "dht", (NS, H, K, V), state_v_first)
-    from ..delta._oracle import canonicalize
-
     dp = canonicalize(qa, ka, va, b, la, h0, None if do is None else to_host_float64(do, "do"),
                       dh_T, layout="bthd", cu_seqlens=cu_seqlens)
     p = dp.p
@@ -118,8 +118,6 @@ def delta_from_glaref(results: dict[str, Any], *, state_v_first: bool = False,
 
 
 def _run(fn_scales: bool, q, k, v, g, beta, scale, initial_state, do, dht, impl, kw):
-    import glaref.delta as gd
-
     state_v_first = kw.get("state_v_first", False)
     m = delta_inputs(q, k, v, g, beta, scale, initial_state, do, dht, **kw)
     args = (m["q"], m["k"], m["v"], m["beta"], m["log_alpha"], m["h0"])

@@ -44,10 +44,12 @@ from typing import Any, Mapping
 import numpy as np
 from scipy.special import expit
 
+from .. import _budget, _oracle, regimes
 from .._errors import ShapeError
 from .._frameworks import dtype_name, to_host_float64
 from .._inputs import Dims, canonicalize, from_canonical
 from . import GLAREF_NAMES
+from .fla import _as_framework
 
 __all__ = ["INPUT_NAMES", "ssd_case", "ssd_from_glaref", "ssd_inputs", "ssd_outputs",
            "ssd_reference", "ssd_scales"]
@@ -214,19 +216,17 @@ def ssd_from_glaref(results: Mapping[str, Any], x, dt, A, D=None, z=None, dt_bia
 
 def _reference(scales: bool, x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial_states, dy,
                dfinal_states, impl):
-    import glaref
-
     s = _prepare(x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial_states, dy, dfinal_states)
     p = _problem(s)
     args = (p.q, p.k, p.v, p.log_alpha, p.h0)
     if scales:
-        sc = glaref.scales(*args, p.do, p.dh_T, impl=impl)
+        sc = _budget.scales(*args, p.do, p.dh_T, impl=impl)
         core = {n: getattr(sc, n) for n in GLAREF_NAMES}
     else:
-        o, h_T = glaref.forward(*args, impl=impl)
+        o, h_T = _oracle.forward(*args, impl=impl)
         core = {"o": o, "h_T": h_T}
         if p.do is not None:
-            g = glaref.vjp(*args, p.do, p.dh_T, impl=impl)
+            g = _oracle.vjp(*args, p.do, p.dh_T, impl=impl)
             core.update(q=g.q, k=g.k, v=g.v, log_alpha=g.log_alpha, h0=g.h0)
     return _chain(core, s, absolute=scales)
 
@@ -277,9 +277,6 @@ def ssd_case(batch: int, seqlen: int, nheads: int, headdim: int, ngroups: int, d
     D: "head" ([h]), "channel" ([h, P]) or None. framework "torch": leaves with requires_grad
     (dy, dfinal_states without); "numpy": arrays.
     """
-    from .. import regimes
-    from .fla import _as_framework
-
     dims = Dims(batch, ngroups, nheads, seqlen, dstate, headdim)
     p = regimes.make_inputs(regime, dims, seed)
     if p.log_alpha.size and not (p.log_alpha < 0).all():

@@ -21,9 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import golden
+from .. import __version__, golden
 from .._golden_build import fingerprint, folder_default, manifest_text, npz_bytes
 from .._inputs import Dims
+from ..tolerances import UNIT_ROUNDOFF, tol
+from . import _oracle as gd
+from . import regimes
 
 DTYPE = "float32"
 INPUTS = ("q", "k", "v", "beta", "log_alpha", "h0", "do", "dh_T")
@@ -64,10 +67,6 @@ def _r32(a: np.ndarray) -> np.ndarray:
 
 def build_arrays(spec: Spec) -> dict[str, np.ndarray]:
     """Every array of one case, float64 "bhtd"."""
-    import glaref.delta as gd
-    from glaref.delta import regimes
-    from glaref.tolerances import UNIT_ROUNDOFF
-
     dp = regimes.make_inputs(spec.regime, spec.dims, 0, gate=spec.gate)
     p = dp.p
     x = dict(zip(INPUTS, (_r32(a) for a in (p.q, p.k, p.v, dp.beta, p.log_alpha, p.h0, p.do,
@@ -94,8 +93,6 @@ def case_meta(spec: Spec, arrays: dict[str, np.ndarray], data: bytes) -> dict:
 
 
 def build_manifest(entries: dict[str, dict]) -> dict:
-    from .. import __version__
-
     return {"format_version": golden.FORMAT_VERSION, "family": "delta",
             "generator": {"glaref": __version__, "command": "python3 -m glaref.delta._golden "
                           "generate", "oracle_impl": "numba", "platform": fingerprint()},
@@ -126,8 +123,6 @@ def generate(out=None) -> dict:
 def verify(folder=None) -> list[str]:
     """Problems found in ``folder`` (empty when every stored case is what this glaref
     generates: inputs bit-identical, values within tol("golden_recompute") of their scale)."""
-    from glaref.tolerances import tol
-
     folder = default_folder() if folder is None else Path(folder)
     try:
         listed = golden.manifest(folder)["cases"]
