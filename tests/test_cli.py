@@ -70,14 +70,20 @@ def test_exit_1_for_a_nan_kernel_without_crashing(capsys):
     assert "o: 2 non-finite value(s), first at (0, 5, 1, 0)" in out
 
 
-def test_a_raising_kernel_is_a_failed_row_beside_a_passing_one(capsys):
+def test_a_raising_kernel_is_a_failed_row_beside_a_passing_one(capsys, tmp_path):
+    out_json = tmp_path / "r.json"
     code, out, _ = run(capsys, "--impl", f"{kernel('raising_kernel')},{kernel('scan_kernel')}",
                        "--config", "1,1,2,8,4", "--seq", "20", "--repeats", "1", "--oracle",
-                       "numpy", "--mode", "fwd", "--regime", "standard")
+                       "numpy", "--mode", "fwd", "--regime", "standard", "--json", str(out_json))
     assert code == 1
     row = [ln for ln in out.splitlines() if ln.startswith(kernel("raising_kernel"))][0]
     assert row.endswith("FAIL: kernel raised ValueError: unsupported shape: T=20"), row
     assert "FAIL: 1 of 2 rows fail the verdict" in out and "skipped" not in out
+    # in the JSON too a failure, never keyed "skipped" (the seed's key for rows glaref declines)
+    raised = json.loads(out_json.read_text())["results"][0]
+    assert raised["ok"] is False and "skipped" not in raised, raised
+    assert raised["error"] == "kernel raised ValueError: unsupported shape: T=20", raised
+    assert "Traceback" in raised["traceback"], raised
 
 
 @pytest.mark.parametrize("args", [

@@ -9,8 +9,9 @@ directory, a known extension for the plot, and a file can be created in its dire
 nearest one that exists). Missing directories are created when the file is written, for both.
 
 Rows: ``ok`` true (measured, within the bound), false (failed: a bound exceeded, a non-finite
-output, or a kernel that raised or returned the wrong structure or dtype, the reason then also in
-``skipped``), null (skipped: glaref declined the row, the reason in ``skipped``).
+output, or a kernel that raised or returned the wrong structure or dtype, the reason then under
+``error``, with the kernel's ``traceback`` when it raised), null (skipped: glaref declined the
+row, the reason in ``skipped``). Only a measured row has figures (``measured``).
 """
 
 from __future__ import annotations
@@ -142,6 +143,12 @@ def _e(x) -> str:
     return f"{x:.1e}"
 
 
+def measured(r: dict[str, Any]) -> bool:
+    """Whether a record has figures: neither a failure before any (``error``: the kernel raised or
+    returned the wrong structure) nor a row glaref declined (``skipped``)."""
+    return "error" not in r and "skipped" not in r
+
+
 def failed_outputs(r: dict[str, Any]) -> list[str]:
     """The outputs a measured record failed on, in order (the keys of its ``failed_tier``)."""
     return list(r.get("failed_tier") or {})
@@ -265,9 +272,10 @@ class Table:
             reg += f"{'-' if cu is None else len(cu) - 1:>5} "
         lead = (f"{r['impl']:<{self.w_impl}} {r['mode']:<7} {reg}"
                 f"{r['config']:<{self.w_cfg}} {r['seq']:>5} ")
+        if "error" in r:
+            return lead + f"FAIL: {r['error']}"
         if "skipped" in r:
-            tail = "FAIL" if r.get("ok") is False else "skipped"
-            return lead + f"{tail}: {r['skipped']}"
+            return lead + f"skipped: {r['skipped']}"
         errs = {**r.get("rel_err_out", {}), **(r.get("rel_err_grads") or {})}
         cols = " ".join(f"{_e(errs.get(c)):>9}" for c in ERR_COLUMNS)
         used = bound_used(r)
@@ -321,8 +329,10 @@ def describe(r: dict[str, Any]) -> str:
              f"(B={r['batch']} G={r['groups']} H={r['heads']} dk={r['dk']} dv={r['dv']}) "
              f"T={r['seq']} regime {r.get('regime')}"
              + (f" gate {r['gate']}" if r.get("gate", "scalar") != "scalar" else ""))
+    if "error" in r:
+        return f"{where}: kernel not measured: {r['error']}"
     if "skipped" in r:
-        return f"{where}: kernel not measured: {r['skipped']}"
+        return f"{where}: skipped by glaref: {r['skipped']}"
     only = f" (forward only: {r['forward_only']})" if r.get("forward_only") else ""
     lines = [f"{where}: {r.get('verdict')}{only}"]
     rel = {**(r.get("rel_err_out") or {}), **(r.get("rel_err_grads") or {})}
@@ -367,12 +377,12 @@ def summary(records: list[dict[str, Any]]) -> tuple[int, str]:
     reason; else 0."""
     failed = [r for r in records if r.get("ok") is False]
     skipped = [r for r in records if r.get("ok") is None]
-    measured = [r for r in records if r.get("ok") is True]
+    passed = [r for r in records if r.get("ok") is True]
     also = f"; {len(skipped)} skipped" if skipped else ""
     ran = f"; ran {coverage(records)}"
     if failed:
         r = failed[0]
-        first = (r.get("failures") or [r.get("skipped", "")])[0]
+        first = (r.get("failures") or [r.get("error", "")])[0]
         more = len(r.get("failures", [])) - 1
         first += f" (+{more} more output(s))" if more > 0 else ""
         return 1, (f"FAIL: {len(failed)} of {len(records)} rows fail the verdict{also} (first: "
@@ -382,9 +392,9 @@ def summary(records: list[dict[str, Any]]) -> tuple[int, str]:
     within = f"within {_ratio():g}x the reference kernels' error and the proven bound"
     if skipped:
         r = skipped[0]
-        return 3, (f"INCOMPLETE: {len(measured)} rows {within}, {len(skipped)} of {len(records)} "
+        return 3, (f"INCOMPLETE: {len(passed)} rows {within}, {len(skipped)} of {len(records)} "
                    f"skipped by glaref (first: {_where(r)}: {r['skipped']}){ran}")
-    return 0, f"OK: {len(measured)} rows {within}{ran}"
+    return 0, f"OK: {len(passed)} rows {within}{ran}"
 
 
 def notes(records: list[dict[str, Any]], most: int = 6) -> list[str]:
@@ -447,7 +457,7 @@ def plot(records: list[dict[str, Any]], path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    rows = [r for r in records if "skipped" not in r]
+    rows = [r for r in records if measured(r)]
     errs = lambda r: {**r.get("rel_err_out", {}), **(r.get("rel_err_grads") or {})}  # noqa: E731
     names = [n for n in ERR_COLUMNS if any(n in errs(r) for r in rows)]
     panels = names + ["time"]
