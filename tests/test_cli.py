@@ -68,6 +68,9 @@ def test_exit_1_for_a_nan_kernel_without_crashing(capsys):
     code, out, _ = run(capsys, "--impl", kernel("nan_kernel_bthd"), "--layout", "bthd", *TINY)
     assert code == 1
     assert "o: 2 non-finite value(s), first at (0, 5, 1, 0)" in out
+    # no finite figure on a row with non-finite outputs: x_ref and proven say nan
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith(kernel("nan_kernel_bthd"))]
+    assert rows and all(row[-4:-2] == ["nan(o)", "nan"] for row in rows), rows
 
 
 def test_a_raising_kernel_is_a_failed_row_beside_a_passing_one(capsys, tmp_path):

@@ -173,7 +173,10 @@ def reference_used(r: dict[str, Any]) -> tuple[str | None, float | None]:
 def bound_used(r: dict[str, Any]) -> float | None:
     """The largest budget_ulps / bound over a record's outputs: the share of a correct kernel's
     worst-case rounding error the kernel used (> 1 fails: the proven tier). None when nothing was
-    measured or no output has a finite bound."""
+    measured or no output has a finite bound; nan when an output has non-finite values (no
+    figure describes it)."""
+    if any((r.get("nonfinite") or {}).values()):
+        return math.nan
     ulps, bounds = r.get("budget_ulps") or {}, r.get("budget_bound") or {}
     vals = []
     for n, u in ulps.items():
@@ -279,7 +282,8 @@ class Table:
         errs = {**r.get("rel_err_out", {}), **(r.get("rel_err_grads") or {})}
         cols = " ".join(f"{_e(errs.get(c)):>9}" for c in ERR_COLUMNS)
         used = bound_used(r)
-        used_s = "-" if used is None else "inf" if math.isinf(used) else f"{used:.2g}"
+        used_s = "-" if used is None else "nan" if math.isnan(used) else \
+            "inf" if math.isinf(used) else f"{used:.2g}"
         name, ratio = reference_used(r)
         bad = [n for n, c in (r.get("nonfinite") or {}).items() if c]
         if bad:                 # a row with non-finite values has no finite ratio to show
@@ -343,15 +347,16 @@ def describe(r: dict[str, Any]) -> str:
         if tier == "probe":                 # worded below, from the record's probes
             continue
         label = name if name in FORWARD else f"{name} (gradient)"
+        if r["nonfinite"].get(name):        # no ratio or budget describes a non-finite output
+            lines.append(f"  {label}: {r['nonfinite'][name]} non-finite value(s), first at "
+                         f"{tuple(first_bad.get(name, ()))}")
+            continue
         figures = (f"{tier} tier: {figure(ratios.get(name))}x the reference kernels' "
                    f"error (allowed {figure(r.get('allowed_ratio'))}x; rel_err "
                    f"{figure(rel.get(name))} vs {figure(base.get(name))}), "
                    f"budget_ulps {figure(r['budget_ulps'].get(name))} "
                    f"(proven bound {figure(r['budget_bound'].get(name))}), "
                    f"max_abs_err {figure(r['max_abs_err'].get(name))}")
-        if r["nonfinite"].get(name):
-            figures += (f", {r['nonfinite'][name]} non-finite, first at "
-                        f"{tuple(first_bad.get(name, ()))}")
         lines.append(f"  {label}: {figures}")
     # where the errors are (glaref._where) and the failing probes (glaref._probes)
     lines += [f"  {line}" for line in where_lines(r)]
