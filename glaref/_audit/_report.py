@@ -235,6 +235,20 @@ def legend() -> str:
     return LEGEND.format(R=tol("calibrated_ratio"))
 
 
+IMPL_WIDTH = 40     # the table's impl column at most (the JSON keeps the full name)
+
+
+def short_name(impl: str, width: int = IMPL_WIDTH) -> str:
+    """A kernel's name as the table and the plot show it: a file-path kernel
+    (``path/to/file.py:fn``) as its file's stem and function (``file:fn``); then, when still
+    longer than ``width``, its last ``width - 3`` characters after "...". The JSON report and the
+    messages keep the full name."""
+    head, sep, fn = impl.rpartition(":")
+    if sep and (head.endswith(".py") or "/" in head or os.sep in head):
+        impl = f"{os.path.splitext(os.path.basename(head))[0]}:{fn}"
+    return impl if len(impl) <= width else "..." + impl[-(width - 3):]
+
+
 def _f(x, fmt: str) -> str:
     width = int(fmt.split(".")[0])
     return f"{'-':>{width}}" if x is None else format(x, fmt)
@@ -246,7 +260,7 @@ class Table:
     def __init__(self, impls: Iterable[str], configs: Iterable[str], stream: TextIO,
                  regimes: Iterable[str] | None = None, gate: str = "scalar",
                  packed: bool = False):
-        self.w_impl = max([4] + [len(i) for i in impls])
+        self.w_impl = max([4] + [len(short_name(i)) for i in impls])
         self.w_cfg = max([6] + [len(c) for c in configs])
         regimes = list(regimes or [])
         # a regime column only when several regimes share the table
@@ -273,7 +287,7 @@ class Table:
         if self.packed:
             cu = r.get("cu_seqlens")
             reg += f"{'-' if cu is None else len(cu) - 1:>5} "
-        lead = (f"{r['impl']:<{self.w_impl}} {r['mode']:<7} {reg}"
+        lead = (f"{short_name(r['impl']):<{self.w_impl}} {r['mode']:<7} {reg}"
                 f"{r['config']:<{self.w_cfg}} {r['seq']:>5} ")
         if "error" in r:
             return lead + f"FAIL: {r['error']}"
@@ -441,7 +455,7 @@ def _where_panel(ax, r: dict[str, Any], name: str) -> None:
     ax.set_xlabel("t" + (f" (chunks of {C}{', inferred' if p.get('chunk_inferred') else ''})"
                          if C else ""))
     label = name if name in FORWARD else f"d{name}"
-    ax.set_title(f"{r['impl'][-24:]} T={r['seq']}: {label} per step (budget units)", fontsize=8)
+    ax.set_title(f"{short_name(r['impl'], 24)} T={r['seq']}: {label} per step (budget units)", fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
 
 
@@ -519,7 +533,7 @@ def plot(records: list[dict[str, Any]], path) -> None:
         _where_panel(ax, r, n)
     for ax in axes.ravel()[len(panels) + len(located):]:
         ax.axis("off")
-    handles = [Line2D([], [], color=colour[i], label=i) for i in impls]
+    handles = [Line2D([], [], color=colour[i], label=short_name(i)) for i in impls]
     handles += [Line2D([], [], color="k", marker=marker[c], linestyle="", label=c) for c in configs]
     handles.append(Line2D([], [], color="k", linestyle="-", label="solid: measured rel_err"))
     handles.append(Line2D([], [], color="k", linestyle=":", label=f"dotted: allowed rel_err "
