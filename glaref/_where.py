@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _baseline, _judge, _verdict
-from ._inputs import Dims
+from ._inputs import _KIND, Dims
 from ._metrics import underflow_floor
 from .tolerances import UNIT_ROUNDOFF, lookup, tol
 
@@ -521,15 +521,19 @@ def where_lines(rec: dict[str, Any]) -> list[str]:
     """Lines saying where a failing row's errors are, from its record's ``where`` and
     ``diagnosis`` (numpy.testing's "Mismatched elements: n / N ... first at index" in spirit):
     per failing output with a per-step profile, the steps above the allowed band, the first and
-    the worst, and the worst element's index (canonical b, h, t, d); then the diagnosis."""
+    the worst, and the worst element's index in the record's layout; then the diagnosis."""
     lines = []
     failing = [n for n, tier in (rec.get("failed_tier") or {}).items() if tier != "probe"]
     for name in failing:
         p = (rec.get("where") or {}).get(name)
         if not p:
             continue
-        at = tuple(p["worst_index"] or ())
-        axes = "(" + ", ".join(_AXES.get(name, "")[:len(at)]) + ") = " if at else ""
+        at, letters = tuple(p["worst_index"] or ()), _AXES.get(name, "")[:len(p["worst_index"] or ())]
+        if rec.get("layout") == "bthd" and _KIND[name] != "state" and len(at) > 2:
+            # the caller's layout: time before heads (the profile keeps the canonical index)
+            at = (at[0], at[2], at[1]) + at[3:]
+            letters = letters[0] + letters[2] + letters[1] + letters[3:]
+        axes = "(" + ", ".join(letters) + ") = " if at else ""
         text = f"{_label(name)}: worst element {p['worst']:.3g} budget units at {axes}{at}"
         E, band, k = p.get("time"), p.get("time_band"), p.get("time_bin") or 1
         if E is not None and band is not None:

@@ -244,6 +244,7 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
             f"glaref's same-precision reference kernels on the same inputs; proven tier: "
             f"budget_ulps, error in units of u x the element's sum of |terms|, against the "
             f"worst case of any correct kernel):\n{rows_text}")
+        exc.records = records      # every row's record, as the audit's JSON report has them
         if raised:
             raise exc from KernelRaised(raised[0]["traceback"])
         raise exc
@@ -468,6 +469,8 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
     if bad:
         worst = {n: _worst_at(values[n], truth.reference(n, final), _KIND[n], c.layout)
                  for n in per}
+        mismatched = _judge.mismatches(truth, per, values, final=final, grads=bool(grads),
+                                       claims=c, layout=c.layout)
         d = p.dims
         exc = AssertionError(
             f"kernel outputs disagree with the glaref oracle on {len(bad)} of {len(per)} judged "
@@ -476,8 +479,9 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
             f"dlog_alpha_form={c.dlog_alpha_form}; "
             f"B={d.B} G={d.G} H={d.H} T={d.T} dk={d.dk} dv={d.dv}, scale {sc:.6g}, "
             f"layout {c.layout}):\n{_table(per, worst, skipped, unjudged)}\n"
-            + "\n".join(f"  {a.reason}" for a in bad)
-            + "\n(x_ref: normwise error over that of glaref's same-precision reference kernels "
+            + "\n".join(f"  {a.reason}" for a in bad) + "\n"
+            + "".join(f"  {n}: {m.line()}\n" for n, m in mismatched.items())
+            + "(x_ref: normwise error over that of glaref's same-precision reference kernels "
               "on the same inputs, the calibrated tier, failing above allowed; budget_ulps: max "
               "|x - ref| in units of u x the element's sum of |terms|, the proven tier, failing "
               "above proven_bound, which no correct kernel exceeds)")

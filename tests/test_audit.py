@@ -51,7 +51,7 @@ OUR_ADDITIONS = {"rel_err_out", "max_abs_err", "reference_rel_err", "reference_r
                  "layout", "regime", "seed", "scale", "final_state", "chunk_size",
                  "accumulate_dtype", "dlog_alpha_form", "gate", "cu_seqlens", "ok", "failures",
                  "notes", "verdict", "oracle_ms", "where", "diagnosis", "probes", "outcome",
-                 "outcomes", "x_best", "envelope_ratio"}
+                 "outcomes", "x_best", "envelope_ratio", "mismatched"}
 
 
 def _nrel(x, ref):

@@ -113,6 +113,10 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
     rec["budget_ulps_direct"] = direct
     rec["nonfinite"] = {n: a.nonfinite for n, a in per.items()}
     rec["nonfinite_first_index"] = {n: a.first_nonfinite for n, a in per.items() if a.nonfinite}
+    # numpy.testing's "mismatched elements: n / N" per failing output, indices in the caller's layout
+    rec["mismatched"] = {n: mm.summary() for n, mm in _judge.mismatches(
+        truth, per, m.values, final=final, grads=m.mode == "fwd_bwd", claims=subject.claims,
+        layout=layout).items()}
     rec.update(params)
     rec["ok"] = not failures
     rec["failed_tier"] = {n: a.failed_tier for n, a in per.items() if not a.ok}

@@ -24,6 +24,7 @@ from typing import Any, Iterable, TextIO
 
 from .._errors import AuditEnvironmentError, AuditUsageError
 from .._inputs import FORWARD, GRADS, OUTPUTS
+from .._judge import Mismatch
 from .._where import where_lines
 from ._presets import coverage
 
@@ -34,7 +35,7 @@ RECORD_ADDITIONS = (
     "dtype", "compute_dtype", "precision", "layout", "regime", "seed", "scale", "final_state",
     "chunk_size", "accumulate_dtype", "dlog_alpha_form", "gate", "cu_seqlens", "ok", "failed_tier",
     "failures", "notes", "verdict", "oracle_ms", "where", "diagnosis", "probes", "outcome",
-    "outcomes", "x_best", "envelope_ratio",
+    "outcomes", "x_best", "envelope_ratio", "mismatched",
 )
 
 ERR_COLUMNS = OUTPUTS
@@ -372,11 +373,20 @@ def describe(r: dict[str, Any]) -> str:
                    f"(proven bound {figure(r['budget_bound'].get(name))}), "
                    f"max_abs_err {figure(r['max_abs_err'].get(name))}")
         lines.append(f"  {label}: {figures}")
+        mm = (r.get("mismatched") or {}).get(name)
+        if mm:
+            lines.append(f"  {label}: {mismatch_line(mm, r.get('layout', 'bhtd'))}")
     # where the errors are (glaref._where) and the failing probes (glaref._probes)
     lines += [f"  {line}" for line in where_lines(r)]
     lines += [f"  probe {p['probe']}: {p['detail']}" for p in r.get("probes") or []
               if p["passed"] is False]
     return "\n".join(lines)
+
+
+def mismatch_line(mm: dict[str, Any], layout: str) -> str:
+    """A record's ``mismatched`` entry of one output in words (``glaref._judge.Mismatch.line``)."""
+    return Mismatch(mm["count"], mm["size"], mm["bound"], mm["worst"],
+                    None if mm["worst_index"] is None else tuple(mm["worst_index"]), layout).line()
 
 
 def tracebacks(records: list[dict[str, Any]], most: int = 2) -> list[str]:
