@@ -72,6 +72,15 @@ def test_long_kernel_names_are_shortened_to_a_capped_width():
     assert short_name(long).endswith("f" * 20)
 
 
+def test_a_missing_kernel_is_a_usage_error_listing_what_the_module_defines(capsys):
+    code, _, err = run(capsys, "--impl", "glaref.kernels:nosuch", *TINY)
+    assert code == 2
+    assert ("--impl: module 'glaref.kernels' has no attribute 'nosuch'; the callables it defines: "
+            "chunked, dlog_alpha_form, scan") in err, err     # its __all__, re-exported kernels too
+    code, _, err = run(capsys, "--impl", kernel("nosuch"), *TINY)
+    assert code == 2 and "the callables it defines: bf16_only_kernel, bool_kernel," in err, err
+
+
 def test_exit_1_for_a_wrong_kernel_and_exit_zero_overrides(capsys):
     code, out, _ = run(capsys, "--impl", kernel("wrong_kernel"), *TINY, "--mode", "fwd")
     assert code == 1
