@@ -346,7 +346,7 @@ def _judged_values(actual: Mapping[str, Any], p, layout: str):
         spelled = want if layout == "bhtd" or _KIND[name] == "state" else \
             (want[0], want[2], want[1]) + want[3:]
         if a.shape != spelled:
-            label = name if name in FORWARD else f"d{name}"
+            label = name if name in FORWARD else f"the gradient {name}"
             raise ShapeError(f"actual[{name!r}]: got shape {a.shape}, expected {spelled} (the "
                              f"shape of {label} for these inputs, layout {layout})")
         values[name] = to_canonical(a, _KIND[name], layout)
@@ -375,10 +375,9 @@ def _table(per, worst: dict, skipped: list[str], unjudged: list[str]) -> str:
             "proven_bound", "max_abs_err", "at", "non-finite")
     rows = [head]
     for name, a in per.items():
-        label = name if name in FORWARD else f"d{name}"
         nonfinite = "-" if not a.nonfinite else f"{a.nonfinite}, first at {tuple(a.first_nonfinite)}"
         at = worst.get(name)
-        rows.append((label, "ok" if a.ok else f"FAIL {a.failed_tier}", figure(a.ratio),
+        rows.append((name, "ok" if a.ok else f"FAIL {a.failed_tier}", figure(a.ratio),
                      figure(a.allowed_ratio), figure(a.rel_err), figure(a.baseline_rel_err),
                      figure(a.budget_ulps), figure(a.bound), figure(a.max_abs_err),
                      "-" if at is None else str(at), nonfinite))

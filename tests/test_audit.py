@@ -565,7 +565,8 @@ def test_the_plot_draws_each_outputs_allowed_error_dotted_beside_the_measured_on
     plot(recs, "unused.png")
     (fig,) = saved
     panels = {ax.get_title(): ax for ax in fig.axes}
-    for name, title in (("o", "rel_err o"), ("q", "rel_err dq"), ("log_alpha", "rel_err dlog_alpha")):
+    for name, title in (("o", "rel_err o"), ("q", "rel_err q (gradient)"),
+                        ("log_alpha", "rel_err log_alpha (gradient)")):
         lines = panels[title].get_lines()
         mode = "fwd" if name == "o" else "fwd_bwd"
         rs = [r for r in recs if r["mode"] == mode]

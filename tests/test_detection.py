@@ -125,7 +125,7 @@ def test_a_mutant_on_the_command_line_exits_1_naming_the_failing_output(capsys):
     out = capsys.readouterr().out
     assert code == 1, out
     row = [ln for ln in out.splitlines() if "dla_missing_hT" in ln and "fwd_bwd" in ln][0]
-    assert "FAIL la:" in row
+    assert "FAIL log_alpha:" in row
     assert "log_alpha: beyond any correct kernel: budget_ulps" in out
 
 

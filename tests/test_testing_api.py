@@ -139,7 +139,7 @@ def test_plugin_fixture_and_options_in_a_real_pytest_run(pytester):
     out = result.stdout.str()
     assert "AssertionError: kernel disagrees with the glaref oracle on 1 of 1 rows" in out
     # with zero gates (log_alpha = 0) a gate one step late changes only the gate's gradient
-    assert re.search(r"shifted_gates fwd_bwd config \S+ .* T=6 regime zero_gate: FAIL la:proven$",
+    assert re.search(r"shifted_gates fwd_bwd config \S+ .* T=6 regime zero_gate: FAIL log_alpha:proven$",
                      out, flags=re.M), out
     assert "log_alpha (gradient): proven tier:" in out
     result = pytester.runpytest_subprocess("--strict-markers", "-m", "glaref", "--collect-only", "-q")

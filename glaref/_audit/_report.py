@@ -155,9 +155,6 @@ def failed_outputs(r: dict[str, Any]) -> list[str]:
     return list(r.get("failed_tier") or {})
 
 
-SHORT = {"o": "o", "h_T": "h_T", "q": "q", "k": "k", "v": "v", "log_alpha": "la", "h0": "h0"}
-
-
 def _largest(values: dict[str, float | None]) -> tuple[str | None, float | None]:
     vals = [(n, x) for n, x in values.items() if x is not None]
     if not vals:
@@ -197,28 +194,29 @@ def verdict(r: dict[str, Any]) -> str:
         if r.get("outcome") != "less_accurate":
             return "ok"
         less = [n for n, o in (r.get("outcomes") or {}).items() if o == "less_accurate"]
-        return "less accurate " + ",".join(f"{SHORT.get(n, n)}:{r['x_best'][n]:.3g}x" for n in less)
+        return "less accurate " + ",".join(f"{n}:{r['x_best'][n]:.3g}x" for n in less)
     tiers = r.get("failed_tier") or {}
     ratios = r.get("reference_ratio") or {}
     parts = []
     for n in failed_outputs(r):
         t = tiers.get(n)
         if t == "calibrated":
-            parts.append(f"{SHORT.get(n, n)}:{ratios[n]:.3g}x")
+            parts.append(f"{n}:{ratios[n]:.3g}x")
         elif t == "nonfinite":
-            parts.append(f"{SHORT.get(n, n)}:nan")
+            parts.append(f"{n}:nan")
         elif t == "probe":                  # "probe determinism" (glaref._probes)
             parts.append(n)
         elif t:
-            parts.append(f"{SHORT.get(n, n)}:{t}")
+            parts.append(f"{n}:{t}")
         else:
-            parts.append(SHORT.get(n, n))
+            parts.append(n)
     return "FAIL " + ",".join(parts)
 
 
 LEGEND = (
-    "columns o .. h0: normwise relative error ||x - ref|| / ||ref|| of each output and gradient\n"
-    "  against the float64 oracle run on the same (dtype-rounded) inputs.\n"
+    "columns o .. h0: normwise relative error ||x - ref|| / ||ref|| of each output (o, h_T) and\n"
+    "  gradient (q .. h0, each named by its input, as in the JSON report) against the float64\n"
+    "  oracle run on the same (dtype-rounded) inputs.\n"
     "x_ref: the largest ratio, over the outputs, of the kernel's error to the error of glaref's\n"
     "  same-precision reference kernels on the same inputs (calibrated tier: fails above the\n"
     "  allowed ratio, {R:g}); the output it belongs to in brackets.\n"
@@ -275,7 +273,7 @@ class Table:
         reg += f"{'N_seq':>5} " if self.packed else ""
         head = (f"{'impl':<{self.w_impl}} {'mode':<7} {reg}{'config':<{self.w_cfg}} {'T':>5} "
                 f"{'ms':>9} {'compile_s':>9} {'temp_MB':>8} {'resid_MB':>8} "
-                + " ".join(f"{c:>9}" for c in ERR_COLUMNS) + f" {'x_ref':>10} {'proven':>7}  verdict")
+                + " ".join(f"{c:>9}" for c in ERR_COLUMNS) + f" {'x_ref':>14} {'proven':>7}  verdict")
         self.header = head
 
     def print_header(self) -> None:
@@ -305,10 +303,10 @@ class Table:
             name, ratio = bad[0], math.nan
         ref_s = "-" if ratio is None else (f"{ratio:.2g}" if math.isfinite(ratio) else
                                            "nan" if math.isnan(ratio) else "inf") \
-            + f"({SHORT.get(name, name)})"
+            + f"({name})"
         return (lead + f"{_f(r.get('median_ms'), '9.2f')} {_f(r.get('compile_s'), '9.2f')} "
                 f"{_f(r.get('xla_temp_mb'), '8.1f')} {_f(r.get('residual_mb'), '8.1f')} "
-                f"{cols} {ref_s:>10} {used_s:>7}  {verdict(r)}")
+                f"{cols} {ref_s:>14} {used_s:>7}  {verdict(r)}")
 
     def row(self, r: dict[str, Any]) -> None:
         print("\n".join([self.line(r)] + extra_lines(r)), file=self.stream, flush=True)
@@ -464,7 +462,7 @@ def _where_panel(ax, r: dict[str, Any], name: str) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("t" + (f" (chunks of {C}{', inferred' if p.get('chunk_inferred') else ''})"
                          if C else ""))
-    label = name if name in FORWARD else f"d{name}"
+    label = name if name in FORWARD else f"{name} (gradient)"
     ax.set_title(f"{short_name(r['impl'], 24)} T={r['seq']}: {label} per step (budget units)", fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
 
@@ -537,7 +535,7 @@ def plot(records: list[dict[str, Any]], path) -> None:
         ax.set_xlabel("seq")
         grad = panel in GRADS
         ax.set_title("median ms per call" if panel == "time" else
-                     f"rel_err d{panel}" if grad else f"rel_err {panel}")
+                     f"rel_err {panel} (gradient)" if grad else f"rel_err {panel}")
         ax.grid(True, which="both", alpha=0.3)
     for ax, (r, n) in zip(axes.ravel()[len(panels):], located):
         _where_panel(ax, r, n)
