@@ -203,6 +203,7 @@ def test_a_raising_kernel_is_a_failed_row_and_the_audit_goes_on():
     assert recs[0]["ok"] and recs[2]["ok"]
     code, line = summary(recs)
     assert code == 1 and line.startswith("FAIL: 1 of 3 rows fail the verdict") and why in line, line
+    assert summary(recs, first=False) == (1, "FAIL: 1 of 3 rows fail the verdict")  # the plot's title
 
 
 def test_an_interrupted_audit_keeps_the_rows_it_measured(tmp_path):

@@ -95,6 +95,10 @@ def test_exit_1_for_a_nan_kernel_without_crashing(capsys):
     code, out, _ = run(capsys, "--impl", kernel("nan_kernel_bthd"), "--layout", "bthd", *TINY)
     assert code == 1
     assert "o: 2 non-finite value(s), first at (0, 5, 1, 0)" in out
+    # under each row, numpy.testing's count of the failing output's elements, indexed as the
+    # kernel's own "bthd" arrays are (NaN at o[0, 5, 1, 0] and o[0, 6, 1, 2])
+    assert ("\n  o: mismatched elements: 2 / 72 (2.78%) beyond the proven bound of ") in out, out
+    assert "budget units; worst inf at (0, 5, 1, 0) (bthd)\n" in out, out
     # no finite figure on a row with non-finite outputs: x_ref and proven say nan
     rows = [ln.split() for ln in out.splitlines() if ln.startswith(row_name("nan_kernel_bthd"))]
     assert rows and all(row[-4:-2] == ["nan(o)", "nan"] for row in rows), rows

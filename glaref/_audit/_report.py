@@ -313,10 +313,13 @@ class Table:
 
 
 def extra_lines(r: dict[str, Any]) -> list[str]:
-    """The lines under a row: its diagnosis (glaref._where) and its probes' results, indented."""
+    """The lines under a row: its failing outputs' mismatched elements (``mismatch_line``), its
+    diagnosis (glaref._where) and its probes' results, indented."""
     from .._probes import ProbeResult
 
-    lines = [f"  where: {r['diagnosis']}"] if r.get("diagnosis") else []
+    lines = [f"  {n}: {mismatch_line(mm, r.get('layout', 'bhtd'))}"
+             for n, mm in (r.get("mismatched") or {}).items()]
+    lines += [f"  where: {r['diagnosis']}"] if r.get("diagnosis") else []
     lines += ["  " + ProbeResult(**p).line() for p in r.get("probes") or []]
     return lines
 
@@ -397,11 +400,12 @@ def tracebacks(records: list[dict[str, Any]], most: int = 2) -> list[str]:
     return out
 
 
-def summary(records: list[dict[str, Any]]) -> tuple[int, str]:
+def summary(records: list[dict[str, Any]], *, first: bool = True) -> tuple[int, str]:
     """(exit code, one-line reason ending with what ran, ``_presets.coverage``): 1 when a row
     failed (a bound exceeded, a non-finite output, a kernel that raised) or nothing was audited;
     else 3 when glaref declined rows (skipped: not enough memory), naming the first with its
-    reason; else 0."""
+    reason; else 0. ``first=False``: the headline alone (the plot's title), without the first
+    failing or declined row and what ran."""
     failed = [r for r in records if r.get("ok") is False]
     skipped = [r for r in records if r.get("ok") is None]
     passed = [r for r in records if r.get("ok") is True]
@@ -409,18 +413,19 @@ def summary(records: list[dict[str, Any]]) -> tuple[int, str]:
     ran = f"; ran {coverage(records)}"
     if failed:
         r = failed[0]
-        first = (r.get("failures") or [r.get("error", "")])[0]
+        why = (r.get("failures") or [r.get("error", "")])[0]
         more = len(r.get("failures", [])) - 1
-        first += f" (+{more} more output(s))" if more > 0 else ""
-        return 1, (f"FAIL: {len(failed)} of {len(records)} rows fail the verdict{also} (first: "
-                   f"{_where(r)}: {first}){ran}")
+        why += f" (+{more} more output(s))" if more > 0 else ""
+        head = f"FAIL: {len(failed)} of {len(records)} rows fail the verdict{also}"
+        return 1, (f"{head} (first: {_where(r)}: {why}){ran}" if first else head)
     if not records:
         return 1, "FAIL: no row was audited"
     within = f"within {_ratio():g}x the reference kernels' error and the proven bound"
     if skipped:
         r = skipped[0]
-        return 3, (f"INCOMPLETE: {len(passed)} rows {within}, {len(skipped)} of {len(records)} "
-                   f"skipped by glaref (first: {_where(r)}: {r['skipped']}){ran}")
+        head = (f"INCOMPLETE: {len(passed)} rows {within}, {len(skipped)} of {len(records)} "
+                "skipped by glaref")
+        return 3, (f"{head} (first: {_where(r)}: {r['skipped']}){ran}" if first else head)
     return 0, f"OK: {len(passed)} rows {within}{ran}"
 
 
@@ -549,8 +554,8 @@ def plot(records: list[dict[str, Any]], path) -> None:
     if has_fwd and any(r["mode"] == "fwd_bwd" for r in rows):
         handles.append(Line2D([], [], color="k", linestyle="--", label="time: solid fwd, dashed fwd_bwd"))
     handles.append(Line2D([], [], color="red", marker="x", linestyle="", label="verdict failed"))
-    # the verdict in words above the panels (the summary line without its first failure)
-    fig.suptitle(summary(records)[1].split(" (first:", 1)[0], fontsize=10)
+    # the verdict in words above the panels (the summary's headline)
+    fig.suptitle(summary(records, first=False)[1], fontsize=10)
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8,
                frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))
