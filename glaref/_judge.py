@@ -15,6 +15,8 @@ sees them through ``_verdict.budget_view`` (``Truth.budget_view``).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -130,6 +132,17 @@ def _claimed(claims: Claims | None, declared: dict) -> Claims:
     return claims
 
 
+def _proven_arithmetic(c: Claims) -> tuple[str, str | None]:
+    """(the unit dtype of budget_ulps and of the proven bound, the accumulate dtype it assumes)
+    for claims ``c``."""
+    cdtype = c.compute_dtype or c.dtype
+    if c.operand_dtype is not None and UNIT_ROUNDOFF[c.operand_dtype] > UNIT_ROUNDOFF[cdtype]:
+        # products whose operands are rounded to operand_dtype: the proven bound (and the unit of
+        # budget_ulps) of that dtype, accumulating in the compute dtype
+        return c.operand_dtype, c.accumulate_dtype or ("float32" if cdtype == "tf32" else cdtype)
+    return cdtype, c.accumulate_dtype
+
+
 def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, final: bool,
                   grads: bool, claims: Claims | None = None, **declared) -> _verdict.Assessment:
     """The Assessment of one output ``name`` of a kernel: ``x`` its canonical "bhtd" value (any
@@ -152,12 +165,7 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
     # the proven bound takes scalar gates of one sequence per row: vector gates and packed
     # sequences are presented to it as such (_verdict.budget_view)
     dims, log_alpha = truth.budget_view()
-    proven, proven_acc = cdtype, c.accumulate_dtype
-    if c.operand_dtype is not None and UNIT_ROUNDOFF[c.operand_dtype] > UNIT_ROUNDOFF[cdtype]:
-        # products whose operands are rounded to operand_dtype: the proven bound (and the unit of
-        # budget_ulps) of that dtype, accumulating in the compute dtype
-        proven = c.operand_dtype
-        proven_acc = c.accumulate_dtype or ("float32" if cdtype == "tf32" else cdtype)
+    proven, proven_acc = _proven_arithmetic(c)
     return _verdict.assess(name, x, truth.reference(name, final), scale=sc,
                            compute_dtype=proven, dims=dims,
                            log_alpha=log_alpha, reference_outputs=ref_out,
@@ -187,8 +195,66 @@ def locate_nonfinite(per: dict[str, _verdict.Assessment], canonical: dict[str, n
     """Re-express each failing Assessment's first non-finite index in the caller's ``layout``
     (``assess`` finds it in the canonical one), its reason with it; ``canonical``: the values
     judged."""
-
     for name, a in per.items():
         if a.nonfinite:
             a.first_nonfinite = _metrics.nonfinite(from_canonical(canonical[name], _KIND[name], layout))[1]
             a.reason = f"{name}: {a.nonfinite} non-finite value(s), first at {tuple(a.first_nonfinite)}"
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """numpy.testing's "Mismatched elements: n / N" for one failing output: the elements beyond
+    the verdict's element-wise allowance, the proven bound (``budget_ulps`` is the largest element
+    error in budget units; more than ``bound`` fails the proven tier), non-finite ones included.
+    The calibrated tier judges the whole output's norm and has no element-wise allowance: an
+    output failing only it can have count 0. ``worst``: the largest element error (budget
+    units), at ``worst_index`` in the caller's layout."""
+
+    count: int
+    size: int
+    bound: float
+    worst: float
+    worst_index: tuple[int, ...] | None
+    layout: str
+
+    def line(self) -> str:
+        """The message's line (without the output's name)."""
+        def g(x) -> str:        # None: a non-finite figure read back from JSON
+            return "inf" if x is None else f"{x:.4g}"
+
+        share = 100.0 * self.count / self.size if self.size else 0.0
+        at = "" if self.worst_index is None else \
+            f"; worst {g(self.worst)} at {self.worst_index} ({self.layout})"
+        return (f"mismatched elements: {self.count} / {self.size} ({share:.3g}%) beyond the "
+                f"proven bound of {g(self.bound)} budget units{at}")
+
+    def summary(self) -> dict[str, Any]:
+        """As the records keep it (JSON-able)."""
+        return {"count": self.count, "size": self.size, "bound": self.bound, "worst": self.worst,
+                "worst_index": None if self.worst_index is None else list(self.worst_index)}
+
+
+def mismatches(truth: Truth, per: dict[str, _verdict.Assessment],
+               canonical: dict[str, np.ndarray], *, final: bool, grads: bool, claims: Claims,
+               layout: str) -> dict[str, Mismatch]:
+    """The :class:`Mismatch` of every failing output of ``per`` (from :func:`assess_outputs` on
+    the same ``canonical`` values, ``truth`` and ``claims``), its worst index in ``layout``: the
+    element errors are the verdict's own (``_metrics.element_ulps`` with the scale, unit and
+    sizes :func:`assess_output` judged with)."""
+    scales = truth.scales(final, grads)
+    unit = _proven_arithmetic(claims)[0]
+    dims = truth.budget_view()[0]
+    out = {}
+    for name, a in per.items():
+        if a.ok:
+            continue
+        sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
+        el = _metrics.element_ulps(name, canonical[name], truth.reference(name, final), sc, unit,
+                                   dims)
+        el = from_canonical(el, _KIND[name], layout)
+        beyond = (el > a.bound) | np.isinf(el)
+        worst = None if el.size == 0 else \
+            tuple(int(j) for j in np.unravel_index(int(np.argmax(el)), el.shape))
+        out[name] = Mismatch(int(beyond.sum()), int(el.size), float(a.bound),
+                             float(el.max()) if el.size else 0.0, worst, layout)
+    return out

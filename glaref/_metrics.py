@@ -104,16 +104,22 @@ def budget_ulps(output: str, x, ref, scale, compute_dtype: str,
     float64 value and scale on the same (dtype-rounded) inputs. Non-finite x gives inf (the
     verdict counts non-finite values separately). Empty arrays give (0.0, None).
     """
+    r = element_ulps(output, x, ref, scale, compute_dtype, dims)
+    if r.size == 0:
+        return 0.0, None
+    i = int(np.argmax(r))
+    return float(r.flat[i]), tuple(int(j) for j in np.unravel_index(i, r.shape))
+
+
+def element_ulps(output: str, x, ref, scale, compute_dtype: str, dims: Dims) -> np.ndarray:
+    """``|x_i - ref_i| / (u * scale_i + floor_i)`` of every element (inf where x is not finite):
+    the array whose largest value is :func:`budget_ulps`, arguments as there."""
     u = lookup(UNIT_ROUNDOFF, compute_dtype, "compute_dtype")
     x = np.asarray(x, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     scale = np.asarray(scale, dtype=np.float64)
     if x.shape != ref.shape or ref.shape != scale.shape:
         raise ValueError(f"x: got shape {x.shape}, expected ref's {ref.shape} and scale's {scale.shape}")
-    if x.size == 0:
-        return 0.0, None
     with np.errstate(invalid="ignore", over="ignore"):
         r = np.abs(x - ref) / (u * scale + underflow_floor(output, compute_dtype, dims))
-    r = np.where(np.isfinite(x), r, np.inf)
-    i = int(np.argmax(r))
-    return float(r.flat[i]), tuple(int(j) for j in np.unravel_index(i, r.shape))
+    return np.where(np.isfinite(x), r, np.inf)

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _baseline, _judge, _verdict
-from ._inputs import Dims
+from ._inputs import _KIND, Dims
 from ._metrics import underflow_floor
 from .tolerances import UNIT_ROUNDOFF, lookup, tol
 
@@ -47,7 +47,7 @@ PATTERNS: dict[str, tuple[str, str]] = {
                   "vanishing decay, or uninitialised memory"),
     "zero": ("the output is missing (x = {factor:.2g} ref)",
              "an output never written (a missing store, a truncated tile)"),
-    "group_sum": ("only dq and dk, the gradients summed over the heads of each group, are wrong",
+    "group_sum": ("only the gradients q and k, summed over the heads of each group, are wrong",
                   "the head-to-group mapping of that sum"),
     "scale": ("the error is proportional to the true value (x = {factor:.6g} ref)",
               "a scale or a wrong constant"),
@@ -439,17 +439,17 @@ def diagnose(profiles: dict[str, Profile], failing) -> tuple[str | None, str | N
     nonfinite = {n: f for n, f in found.items() if f.pattern == "nonfinite"}
     if nonfinite:      # outranks everything: nothing else can be read from a NaN
         outs = list(nonfinite)
-        return (f"{', '.join(_label(n) for n in outs)}: {nonfinite[outs[0]].words()}; points to "
+        return (f"{', '.join(outs)}: {nonfinite[outs[0]].words()}; points to "
                 f"{PATTERNS['nonfinite'][1]}.", "nonfinite")
     if set(failing) == {"q", "k"} and groups_shared(profiles):
-        return f"dq, dk: {PATTERNS['group_sum'][0]}; points to {PATTERNS['group_sum'][1]}.", \
+        return f"q, k: {PATTERNS['group_sum'][0]}; points to {PATTERNS['group_sum'][1]}.", \
             "group_sum"
     if not found:
         return None, None
     named = {n: f for n, f in found.items() if f.pattern != SPREAD}
     if not named:
         n, f = max(found.items(), key=lambda kv: kv[1].figures.get("worst", 0.0))
-        return f"{_label(n)}: {f.words()}.", SPREAD
+        return f"{n}: {f.words()}.", SPREAD
     counts: dict[str, list[str]] = {}
     for n, f in named.items():
         counts.setdefault(f.pattern, []).append(n)
@@ -459,7 +459,7 @@ def diagnose(profiles: dict[str, Profile], failing) -> tuple[str | None, str | N
     if not counts:
         n, f = max(found.items(), key=lambda kv: kv[1].figures.get("worst", 0.0))
         f = f if f.pattern == SPREAD else Finding(n, SPREAD, _spread_figures(profiles[n]))
-        return f"{_label(n)}: {f.words()}.", SPREAD
+        return f"{n}: {f.words()}.", SPREAD
     order = list(PATTERNS)
     key = max(counts, key=lambda k: (len(counts[k]), -order.index(k)))
     outs = counts[key]
@@ -467,9 +467,9 @@ def diagnose(profiles: dict[str, Profile], failing) -> tuple[str | None, str | N
         n, f = max(found.items(), key=lambda kv: kv[1].figures.get("worst", 0.0)
                    if kv[1].pattern == SPREAD else 0.0)
         f = f if f.pattern == SPREAD else Finding(n, SPREAD, _spread_figures(profiles[n]))
-        return f"{_label(n)}: {f.words()}.", SPREAD
+        return f"{n}: {f.words()}.", SPREAD
     f = named[outs[0]]
-    return (f"{', '.join(_label(n) for n in outs)}: {f.words()}; points to "
+    return (f"{', '.join(outs)}: {f.words()}; points to "
             f"{PATTERNS[key][1]}.", key)
 
 
@@ -521,16 +521,20 @@ def where_lines(rec: dict[str, Any]) -> list[str]:
     """Lines saying where a failing row's errors are, from its record's ``where`` and
     ``diagnosis`` (numpy.testing's "Mismatched elements: n / N ... first at index" in spirit):
     per failing output with a per-step profile, the steps above the allowed band, the first and
-    the worst, and the worst element's index (canonical b, h, t, d); then the diagnosis."""
+    the worst, and the worst element's index in the record's layout; then the diagnosis."""
     lines = []
     failing = [n for n, tier in (rec.get("failed_tier") or {}).items() if tier != "probe"]
     for name in failing:
         p = (rec.get("where") or {}).get(name)
         if not p:
             continue
-        at = tuple(p["worst_index"] or ())
-        axes = "(" + ", ".join(_AXES.get(name, "")[:len(at)]) + ") = " if at else ""
-        text = f"{_label(name)}: worst element {p['worst']:.3g} budget units at {axes}{at}"
+        at, letters = tuple(p["worst_index"] or ()), _AXES.get(name, "")[:len(p["worst_index"] or ())]
+        if rec.get("layout") == "bthd" and _KIND[name] != "state" and len(at) > 2:
+            # the caller's layout: time before heads (the profile keeps the canonical index)
+            at = (at[0], at[2], at[1]) + at[3:]
+            letters = letters[0] + letters[2] + letters[1] + letters[3:]
+        axes = "(" + ", ".join(letters) + ") = " if at else ""
+        text = f"{name}: worst element {p['worst']:.3g} budget units at {axes}{at}"
         E, band, k = p.get("time"), p.get("time_band"), p.get("time_bin") or 1
         if E is not None and band is not None:
             above = [i for i, (e, b) in enumerate(zip(E, band)) if e > b]
@@ -544,6 +548,3 @@ def where_lines(rec: dict[str, Any]) -> list[str]:
         lines.append(f"diagnosis: {rec['diagnosis']}")
     return lines
 
-
-def _label(name: str) -> str:
-    return name if name in ("o", "h_T") else f"d{name}"

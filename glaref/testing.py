@@ -244,6 +244,7 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
             f"glaref's same-precision reference kernels on the same inputs; proven tier: "
             f"budget_ulps, error in units of u x the element's sum of |terms|, against the "
             f"worst case of any correct kernel):\n{rows_text}")
+        exc.records = records      # every row's record, as the audit's JSON report has them
         if raised:
             raise exc from KernelRaised(raised[0]["traceback"])
         raise exc
@@ -345,7 +346,7 @@ def _judged_values(actual: Mapping[str, Any], p, layout: str):
         spelled = want if layout == "bhtd" or _KIND[name] == "state" else \
             (want[0], want[2], want[1]) + want[3:]
         if a.shape != spelled:
-            label = name if name in FORWARD else f"d{name}"
+            label = name if name in FORWARD else f"the gradient {name}"
             raise ShapeError(f"actual[{name!r}]: got shape {a.shape}, expected {spelled} (the "
                              f"shape of {label} for these inputs, layout {layout})")
         values[name] = to_canonical(a, _KIND[name], layout)
@@ -374,10 +375,9 @@ def _table(per, worst: dict, skipped: list[str], unjudged: list[str]) -> str:
             "proven_bound", "max_abs_err", "at", "non-finite")
     rows = [head]
     for name, a in per.items():
-        label = name if name in FORWARD else f"d{name}"
         nonfinite = "-" if not a.nonfinite else f"{a.nonfinite}, first at {tuple(a.first_nonfinite)}"
         at = worst.get(name)
-        rows.append((label, "ok" if a.ok else f"FAIL {a.failed_tier}", figure(a.ratio),
+        rows.append((name, "ok" if a.ok else f"FAIL {a.failed_tier}", figure(a.ratio),
                      figure(a.allowed_ratio), figure(a.rel_err), figure(a.baseline_rel_err),
                      figure(a.budget_ulps), figure(a.bound), figure(a.max_abs_err),
                      "-" if at is None else str(at), nonfinite))
@@ -468,6 +468,8 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
     if bad:
         worst = {n: _worst_at(values[n], truth.reference(n, final), _KIND[n], c.layout)
                  for n in per}
+        mismatched = _judge.mismatches(truth, per, values, final=final, grads=bool(grads),
+                                       claims=c, layout=c.layout)
         d = p.dims
         exc = AssertionError(
             f"kernel outputs disagree with the glaref oracle on {len(bad)} of {len(per)} judged "
@@ -476,8 +478,9 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
             f"dlog_alpha_form={c.dlog_alpha_form}; "
             f"B={d.B} G={d.G} H={d.H} T={d.T} dk={d.dk} dv={d.dv}, scale {sc:.6g}, "
             f"layout {c.layout}):\n{_table(per, worst, skipped, unjudged)}\n"
-            + "\n".join(f"  {a.reason}" for a in bad)
-            + "\n(x_ref: normwise error over that of glaref's same-precision reference kernels "
+            + "\n".join(f"  {a.reason}" for a in bad) + "\n"
+            + "".join(f"  {n}: {m.line()}\n" for n, m in mismatched.items())
+            + "(x_ref: normwise error over that of glaref's same-precision reference kernels "
               "on the same inputs, the calibrated tier, failing above allowed; budget_ulps: max "
               "|x - ref| in units of u x the element's sum of |terms|, the proven tier, failing "
               "above proven_bound, which no correct kernel exceeds)")

@@ -51,7 +51,7 @@ OUR_ADDITIONS = {"rel_err_out", "max_abs_err", "reference_rel_err", "reference_r
                  "layout", "regime", "seed", "scale", "final_state", "chunk_size",
                  "accumulate_dtype", "dlog_alpha_form", "gate", "cu_seqlens", "ok", "failures",
                  "notes", "verdict", "oracle_ms", "where", "diagnosis", "probes", "outcome",
-                 "outcomes", "x_best", "envelope_ratio"}
+                 "outcomes", "x_best", "envelope_ratio", "mismatched"}
 
 
 def _nrel(x, ref):
@@ -198,10 +198,12 @@ def test_a_raising_kernel_is_a_failed_row_and_the_audit_goes_on():
     recs = glaref.audit([ak.raising_kernel], TINY, [9, 20, 11], ["fwd"], **FAST)
     assert [r["seq"] for r in recs] == [9, 20, 11]
     why = "kernel raised ValueError: unsupported shape: T=20"
-    assert recs[1]["skipped"] == why and recs[1]["ok"] is False and recs[1]["failures"] == [why]
+    assert recs[1]["error"] == why and recs[1]["ok"] is False and recs[1]["failures"] == [why]
+    assert "skipped" not in recs[1], recs[1]      # the seed's key is for rows glaref declines
     assert recs[0]["ok"] and recs[2]["ok"]
     code, line = summary(recs)
     assert code == 1 and line.startswith("FAIL: 1 of 3 rows fail the verdict") and why in line, line
+    assert summary(recs, first=False) == (1, "FAIL: 1 of 3 rows fail the verdict")  # the plot's title
 
 
 def test_an_interrupted_audit_keeps_the_rows_it_measured(tmp_path):
@@ -234,8 +236,10 @@ def test_json_schema_is_the_seeds_plus_our_additions(tmp_path):
     assert set(by["scan_kernel_final", "fwd"]) == SEED_FWD | OUR_ADDITIONS
     assert set(by["scan_kernel_final", "fwd_bwd"]) == SEED_FWD_BWD | OUR_ADDITIONS
     assert set(by["scan_kernel_final", "fwd_bwd"]["rel_err_grads"]) == SEED_GRADS
-    skipped = by["raising_kernel", "fwd"]
-    assert SEED_SKIPPED <= set(skipped) and "rel_err" not in skipped
+    raised = by["raising_kernel", "fwd"]
+    assert SEED_SKIPPED - {"skipped"} <= set(raised) and "rel_err" not in raised
+    assert raised["ok"] is False and raised["error"] == raised["failures"][0] \
+        and "skipped" not in raised and "Traceback" in raised["traceback"], raised
 
 
 @pytest.mark.skipif(not SEED_JSON.exists(), reason="the seed report is not on this machine")
@@ -373,7 +377,8 @@ def test_metrics_on_known_values():
 def test_a_kernel_that_returns_a_wrong_kind_or_raises_is_a_failed_row(kernel, T, why):
     recs = glaref.audit([kernel], TINY, [T], **FAST)
     for r in recs:
-        assert r["ok"] is False and r["skipped"].startswith(why) and r["failures"] == [r["skipped"]], r
+        assert r["ok"] is False and r["error"].startswith(why) and r["failures"] == [r["error"]], r
+        assert "skipped" not in r, r
     code, line = summary(recs)
     assert code == 1 and why in line
 
@@ -507,7 +512,8 @@ def test_a_kernel_whose_backward_raises_fails_its_row_and_check_kernel_agrees():
     fwd, bwd = glaref.audit([ak.no_backward_kernel], TINY, [9], **FAST)
     assert fwd["ok"] is True, fwd
     why = "kernel raised NotImplementedError: backward not written yet"
-    assert bwd["ok"] is False and bwd["failures"] == [why] and bwd["skipped"] == why, bwd
+    assert bwd["ok"] is False and bwd["failures"] == [why] and bwd["error"] == why, bwd
+    assert "skipped" not in bwd, bwd
     line = (f"FAIL: 1 of 2 rows fail the verdict (first: {bwd['impl']} fwd_bwd tiny T=9 (standard): "
             f"{why}); ran 1 kernel x 1 regime (standard) x float32, T 9")
     assert summary([fwd, bwd]) == (1, line)
@@ -560,7 +566,8 @@ def test_the_plot_draws_each_outputs_allowed_error_dotted_beside_the_measured_on
     plot(recs, "unused.png")
     (fig,) = saved
     panels = {ax.get_title(): ax for ax in fig.axes}
-    for name, title in (("o", "rel_err o"), ("q", "rel_err dq"), ("log_alpha", "rel_err dlog_alpha")):
+    for name, title in (("o", "rel_err o"), ("q", "rel_err q (gradient)"),
+                        ("log_alpha", "rel_err log_alpha (gradient)")):
         lines = panels[title].get_lines()
         mode = "fwd" if name == "o" else "fwd_bwd"
         rs = [r for r in recs if r["mode"] == mode]

@@ -36,29 +36,56 @@ def kernel(name: str) -> str:
     return f"{KERNELS}:{name}"
 
 
+def row_name(name: str) -> str:
+    """How the table names ``kernel(name)``: the file's stem and the function."""
+    return f"audit_kernels:{name} "
+
+
 def test_exit_0_prints_the_table_and_writes_the_json(capsys, tmp_path):
     out_json = tmp_path / "r.json"
     code, out, err = run(capsys, "--impl", kernel("scan_kernel_final"), *TINY, "--json", str(out_json))
     assert code == 0, out + err
     lines = out.splitlines()
     assert lines[0].split()[:4] == ["impl", "mode", "config", "T"]
-    rows = [ln for ln in lines if ln.startswith(kernel("scan_kernel_final"))]
+    rows = [ln for ln in lines if ln.startswith(row_name("scan_kernel_final"))]
     assert len(rows) == 2 and all(ln.rstrip().endswith("ok") for ln in rows)
     assert any(ln.startswith("OK: 2 rows within 6x the reference kernels' error and the proven bound")
                for ln in lines)
     assert "x_ref: the largest ratio" in out              # the legend under the table
     doc = json.loads(out_json.read_text())
     assert [r["mode"] for r in doc["results"]] == ["fwd", "fwd_bwd"]
+    # a file-path kernel: its file's stem and function in the table, the full name in the JSON
+    assert lines[0].index(" mode ") == len("audit_kernels:scan_kernel_final"), lines[0]
+    assert {r["impl"] for r in doc["results"]} == {kernel("scan_kernel_final")}
     assert doc["config"]["configs"] == {"b1g1h2_dk8_dv4": [1, 1, 2, 8, 4]}
     # progress on stderr, one line per row, even when stderr is not a terminal
     assert [ln.split()[0] for ln in err.splitlines()] == ["[1/2]", "[2/2]"], err
+
+
+def test_long_kernel_names_are_shortened_to_a_capped_width():
+    from glaref._audit._report import IMPL_WIDTH, short_name
+
+    assert short_name("/a/b/my_kernels.py:fused_fwd") == "my_kernels:fused_fwd"
+    assert short_name("chunked") == "chunked" and short_name("pkg.mod:fn") == "pkg.mod:fn"
+    long = "a_module_with_a_long_name:" + "f" * IMPL_WIDTH
+    assert len(short_name(long)) == IMPL_WIDTH and short_name(long).startswith("...")
+    assert short_name(long).endswith("f" * 20)
+
+
+def test_a_missing_kernel_is_a_usage_error_listing_what_the_module_defines(capsys):
+    code, _, err = run(capsys, "--impl", "glaref.kernels:nosuch", *TINY)
+    assert code == 2
+    assert ("--impl: module 'glaref.kernels' has no attribute 'nosuch'; the callables it defines: "
+            "chunked, dlog_alpha_form, scan") in err, err     # its __all__, re-exported kernels too
+    code, _, err = run(capsys, "--impl", kernel("nosuch"), *TINY)
+    assert code == 2 and "the callables it defines: bf16_only_kernel, bool_kernel," in err, err
 
 
 def test_exit_1_for_a_wrong_kernel_and_exit_zero_overrides(capsys):
     code, out, _ = run(capsys, "--impl", kernel("wrong_kernel"), *TINY, "--mode", "fwd")
     assert code == 1
     assert "FAIL: 1 of 1 rows" in out and "o: beyond any correct kernel: budget_ulps" in out
-    row = [ln for ln in out.splitlines() if ln.startswith(kernel("wrong_kernel"))][0]
+    row = [ln for ln in out.splitlines() if ln.startswith(row_name("wrong_kernel"))][0]
     assert row.rstrip().endswith("FAIL o:proven")   # the table names the failing outputs and tier
     code, _, _ = run(capsys, "--impl", kernel("wrong_kernel"), *TINY, "--mode", "fwd", "--exit-zero")
     assert code == 0
@@ -68,16 +95,29 @@ def test_exit_1_for_a_nan_kernel_without_crashing(capsys):
     code, out, _ = run(capsys, "--impl", kernel("nan_kernel_bthd"), "--layout", "bthd", *TINY)
     assert code == 1
     assert "o: 2 non-finite value(s), first at (0, 5, 1, 0)" in out
+    # under each row, numpy.testing's count of the failing output's elements, indexed as the
+    # kernel's own "bthd" arrays are (NaN at o[0, 5, 1, 0] and o[0, 6, 1, 2])
+    assert ("\n  o: mismatched elements: 2 / 72 (2.78%) beyond the proven bound of ") in out, out
+    assert "budget units; worst inf at (0, 5, 1, 0) (bthd)\n" in out, out
+    # no finite figure on a row with non-finite outputs: x_ref and proven say nan
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith(row_name("nan_kernel_bthd"))]
+    assert rows and all(row[-4:-2] == ["nan(o)", "nan"] for row in rows), rows
 
 
-def test_a_raising_kernel_is_a_failed_row_beside_a_passing_one(capsys):
+def test_a_raising_kernel_is_a_failed_row_beside_a_passing_one(capsys, tmp_path):
+    out_json = tmp_path / "r.json"
     code, out, _ = run(capsys, "--impl", f"{kernel('raising_kernel')},{kernel('scan_kernel')}",
                        "--config", "1,1,2,8,4", "--seq", "20", "--repeats", "1", "--oracle",
-                       "numpy", "--mode", "fwd", "--regime", "standard")
+                       "numpy", "--mode", "fwd", "--regime", "standard", "--json", str(out_json))
     assert code == 1
-    row = [ln for ln in out.splitlines() if ln.startswith(kernel("raising_kernel"))][0]
+    row = [ln for ln in out.splitlines() if ln.startswith(row_name("raising_kernel"))][0]
     assert row.endswith("FAIL: kernel raised ValueError: unsupported shape: T=20"), row
     assert "FAIL: 1 of 2 rows fail the verdict" in out and "skipped" not in out
+    # in the JSON too a failure, never keyed "skipped" (the seed's key for rows glaref declines)
+    raised = json.loads(out_json.read_text())["results"][0]
+    assert raised["ok"] is False and "skipped" not in raised, raised
+    assert raised["error"] == "kernel raised ValueError: unsupported shape: T=20", raised
+    assert "Traceback" in raised["traceback"], raised
 
 
 @pytest.mark.parametrize("args", [
@@ -253,7 +293,7 @@ def test_rows_too_large_for_the_oracle_are_skipped_with_their_reason_and_exit_3(
                          *(TINY[:2] if "--config" not in args else []), *args, timeout=120)
     assert code == 3, (out, err)
     assert "Traceback" not in err
-    rows = [ln for ln in out.splitlines() if ln.startswith(kernel("scan_kernel"))]
+    rows = [ln for ln in out.splitlines() if ln.startswith(row_name("scan_kernel"))]
     assert rows and all("skipped: the oracle needs about" in ln and "GiB of host memory" in ln
                         for ln in rows), out
     assert out.splitlines()[-1].startswith("INCOMPLETE: 0 rows within "), out
@@ -267,7 +307,7 @@ def test_failing_kernels_exit_1_each_row_failed_and_progress_on_stderr(tmp_path)
     assert code == 1, (out, err)
     assert "Traceback" not in err
     rows = {(ln.split()[0].rsplit(":", 1)[1], ln.split()[3]): ln for ln in out.splitlines()
-            if ln.startswith(str(KERNELS))}
+            if ln.startswith("audit_kernels:")}
     assert rows[("memory_error_kernel", "9")].endswith("ok")
     assert rows[("memory_error_kernel", "20")].endswith(
         "FAIL: kernel raised MemoryError: cannot allocate the states for T=20")
@@ -324,7 +364,7 @@ def test_a_kernel_whose_backward_raises_exits_1_with_its_row_failed():
     code, out, err = cli("--impl", kernel("no_backward_kernel"), *TINY)
     assert code == 1, (out, err)
     assert "Traceback" not in err
-    rows = [ln for ln in out.splitlines() if ln.startswith(kernel("no_backward_kernel"))]
+    rows = [ln for ln in out.splitlines() if ln.startswith(row_name("no_backward_kernel"))]
     assert rows[0].split()[1] == "fwd" and rows[0].endswith("  ok"), rows
     assert rows[1].split()[1] == "fwd_bwd" and rows[1].endswith(
         "FAIL: kernel raised NotImplementedError: backward not written yet"), rows

@@ -21,6 +21,7 @@ import glaref.kernels  # noqa: E402
 import glaref.testing as gt  # noqa: E402
 from glaref import _problems, cli, regimes  # noqa: E402
 from glaref._audit import _presets  # noqa: E402
+from glaref._inputs import OUTPUTS  # noqa: E402
 
 pytestmark = pytest.mark.jax
 
@@ -59,11 +60,11 @@ def test_check_kernel_flags_the_clamped_gate_under_strong_decay():
         gt.check_kernel(fk.clamped)
     msg = str(info.value)
     assert "on 2 of 6 rows" in msg, msg
-    # every output, dlog_alpha ("la") included: the clamp zeroes its gradient where it bites
+    # every output, dlog_alpha (log_alpha) included: the clamp zeroes its gradient where it bites
     for T in (65, 1000):
         line = re.search(rf"T={T} regime strong_decay: FAIL (.*)", msg)
         assert line, msg
-        assert all(f"{n}:" in line.group(1) for n in ("o", "h_T", "q", "k", "v", "la", "h0")), msg
+        assert all(f"{n}:" in line.group(1) for n in OUTPUTS), msg
 
 
 def test_check_kernel_flags_bfloat16_accumulation_near_one():
@@ -74,7 +75,7 @@ def test_check_kernel_flags_bfloat16_accumulation_near_one():
     # flagged on every output at T = 1000 with gates near one (measured: 7.2x to 9.7x)
     line = re.search(r"T=1000 regime near_one: FAIL (.*)", msg)
     assert line, msg
-    assert all(f"{n}:" in line.group(1) for n in ("o", "h_T", "q", "k", "v", "la", "h0")), msg
+    assert all(f"{n}:" in line.group(1) for n in OUTPUTS), msg
 
 
 @pytest.mark.parametrize("name, chunk_size, dtype", [

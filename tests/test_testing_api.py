@@ -13,13 +13,14 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 pytest.importorskip("jax", reason="check_kernel runs JAX kernels (the jax extra)")
 
 import glaref.kernels  # noqa: E402
 from glaref._inputs import OUTPUTS  # noqa: E402
-from glaref.testing import check_kernel  # noqa: E402
+from glaref.testing import assert_close_to_oracle, check_kernel  # noqa: E402
 
 import mutants  # noqa: E402  (tests/ is on sys.path under pytest)
 
@@ -75,7 +76,10 @@ def test_a_nonfinite_output_is_reported_with_its_first_index():
     with pytest.raises(AssertionError) as info:
         check_kernel(nan_at_one_element, seqs=[5], modes=["fwd"], chunk_size=64, regimes="standard")
     msg = str(info.value)
-    assert "FAIL o" in msg and "1 non-finite, first at (0, 1, 2, 3)" in msg, msg
+    assert "FAIL o" in msg and "o: 1 non-finite value(s), first at (0, 1, 2, 3)" in msg, msg
+    # no ratio, budget or error figure describes a non-finite output
+    o_line = [ln for ln in msg.splitlines() if ln.startswith("  o: ")][0]
+    assert "reference kernels' error" not in o_line and "budget_ulps" not in o_line, o_line
 
 
 def test_a_kernel_that_raises_is_a_failure_naming_the_exception():
@@ -135,7 +139,7 @@ def test_plugin_fixture_and_options_in_a_real_pytest_run(pytester):
     out = result.stdout.str()
     assert "AssertionError: kernel disagrees with the glaref oracle on 1 of 1 rows" in out
     # with zero gates (log_alpha = 0) a gate one step late changes only the gate's gradient
-    assert re.search(r"shifted_gates fwd_bwd config \S+ .* T=6 regime zero_gate: FAIL la:proven$",
+    assert re.search(r"shifted_gates fwd_bwd config \S+ .* T=6 regime zero_gate: FAIL log_alpha:proven$",
                      out, flags=re.M), out
     assert "log_alpha (gradient): proven tier:" in out
     result = pytester.runpytest_subprocess("--strict-markers", "-m", "glaref", "--collect-only", "-q")
@@ -307,3 +311,59 @@ def test_torch_kernels_of_vector_gates_are_checked_with_their_dlog_alpha_form():
     with pytest.raises(glaref.AuditUsageError, match="dlog_alpha_form: got 'exact'"):
         check_kernel(_torch_vector_scan(False), framework="torch", dlog_alpha_form="exact", seqs=[40],
                      regimes="standard")
+
+
+# FLA's "bthd" layout (batch, time, head, feature): a wrong element planted at a known index must
+# be reported at that index of the caller's own arrays, not of glaref's canonical "bhtd" ones.
+O_AT, DK_AT = (0, 5, 1, 2), (0, 6, 1, 3)
+B_, T_, G_, H_, DK_, DV_ = 1, 9, 2, 2, 4, 3
+
+
+def _bthd_problem():
+    rng = np.random.default_rng(3)
+    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    q, k, v, do = f32(B_, T_, G_, DK_), f32(B_, T_, G_, DK_), f32(B_, T_, H_, DV_), f32(B_, T_, H_, DV_)
+    la = -rng.uniform(0.05, 1.0, (B_, T_, H_)).astype(np.float32)
+    h0 = np.zeros((B_, H_, DK_, DV_), np.float32)
+    return dict(q=q, k=k, v=v, log_alpha=la, h0=h0, do=do)
+
+
+def test_mismatched_elements_and_the_worst_index_are_in_the_callers_layout():
+    p = _bthd_problem()
+    o, _ = glaref.forward(p["q"], p["k"], p["v"], p["log_alpha"], p["h0"], layout="bthd", impl="numpy")
+    g = glaref.vjp(*(p[n] for n in ("q", "k", "v", "log_alpha", "h0", "do")), layout="bthd",
+                   impl="numpy")
+    o, dk = o.astype(np.float32), g.k.astype(np.float32)
+    o[O_AT] += 1.0
+    dk[DK_AT] -= 1.0
+    with pytest.raises(AssertionError) as info:
+        assert_close_to_oracle({"o": o, "k": dk}, p, layout="bthd", dtype="float32", oracle_impl="numpy")
+    msg = str(info.value)
+    assert re.search(rf"\n  o: mismatched elements: 1 / {o.size} \(1\.85%\) beyond the proven bound of "
+                     r"[0-9.]+ budget units; worst [0-9.e+]+ at \(0, 5, 1, 2\) \(bthd\)\n", msg), msg
+    assert re.search(rf"\n  k: mismatched elements: 1 / {dk.size} \(1\.39%\) beyond .* at "
+                     r"\(0, 6, 1, 3\) \(bthd\)\n", msg), msg
+
+
+def _planted_bthd_kernel(q, k, v, log_alpha, h0):
+    o, h_T = glaref.forward(q, k, v, log_alpha, h0, layout="bthd", impl="numpy")
+    o = o.astype(q.dtype)
+    o[O_AT] += 1.0
+    return o, h_T.astype(q.dtype)
+
+
+def test_check_kernel_and_the_records_give_mismatched_elements_in_the_callers_layout():
+    with pytest.raises(AssertionError) as info:
+        check_kernel(_planted_bthd_kernel, framework="numpy", layout="bthd", seqs=[T_],
+                     configs=f"{B_},{G_},{H_},{DK_},{DV_}", modes=["fwd"], regimes="standard",
+                     chunk_size=1)
+    (rec,) = info.value.records
+    size = B_ * T_ * H_ * DV_
+    assert rec["mismatched"]["o"]["count"] == 1 and rec["mismatched"]["o"]["size"] == size, rec
+    assert rec["mismatched"]["o"]["worst_index"] == list(O_AT), rec["mismatched"]
+    assert "h_T" not in rec["mismatched"]            # only failing outputs are counted
+    assert re.search(r"\n  o: mismatched elements: 1 / 54 \(1\.85%\) beyond the proven bound of "
+                     r"[0-9.]+ budget units; worst [0-9.e+]+ at \(0, 5, 1, 2\) \(bthd\)",
+                     str(info.value)), str(info.value)
+    # the profile's worst element too, in the caller's axes
+    assert "o: worst element" in str(info.value) and "at (b, t, h, d) = (0, 5, 1, 2)" in str(info.value)

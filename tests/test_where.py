@@ -333,7 +333,7 @@ def test_check_kernel_says_where_and_runs_probes():
         check_kernel(mutants.PATTERN_MUTANTS["ragged_tail"], chunk_size=16, seqs=(40,))
     text = str(e.value)
     assert "o: worst element" in text and "at (b, h, t, d) = (0," in text
-    assert "first at t = 39" in text and "diagnosis: o, dq, dk, dv: the error is confined" in text
+    assert "first at t = 39" in text and "diagnosis: o, q, k, v: the error is confined" in text
     with pytest.raises(AssertionError, match="probe causality: outputs depend on steps"):
         check_kernel(mutants.PROBE_MUTANTS["reads_ahead"], chunk_size=16, seqs=(40,),
                      probes=["causality"])

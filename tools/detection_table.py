@@ -42,6 +42,8 @@ def _failed(rec: dict) -> list[str]:
 def _cell(recs: list[dict]) -> str:
     if any("skipped" in r for r in recs):
         return "skipped"
+    if any("error" in r for r in recs):      # the kernel raised or returned the wrong structure
+        return "error"
     bad = {n for r in recs for n in _failed(r)}
     if not bad:
         return "-"

@@ -2,10 +2,11 @@
 
 :func:`record` turns what a runner measured (``_runners.Measured``) into the row's record: the
 seed report's keys, the verdict's figures per output (``glaref._judge.assess_outputs``) and the
-row's parameters (``RECORD_ADDITIONS`` of ``_report``). A row without figures (the kernel raised,
-with its ``traceback``, or returned the wrong structure: ``ok`` false; glaref declined it:
-``ok`` null) keeps the seed's ``skipped`` key with the reason. :func:`header` writes the report's
-configuration as run.
+row's parameters (``RECORD_ADDITIONS`` of ``_report``). A row without figures is either a failure
+(the kernel raised, with its ``traceback``, or returned the wrong structure: ``ok`` false, the
+reason under ``error`` and in ``failures``) or a row glaref declined (its memory guard: ``ok``
+null, the reason under the seed's ``skipped`` key, which no failure uses). :func:`header` writes
+the report's configuration as run.
 """
 
 from __future__ import annotations
@@ -77,9 +78,11 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
     rec = _base(subject, m.mode, where)
     params = _params(subject.claims, where, rows, m.final, m.params, truth.p.cu_seqlens)
     if m.failure is not None:
-        rec.update({"skipped": m.failure, **m.fields, **params, "ok": None if m.declined else False})
-        if not m.declined:
-            rec["failures"] = [m.failure]
+        if m.declined:
+            rec.update({"skipped": m.failure, **m.fields, **params, "ok": None})
+        else:
+            rec.update({"error": m.failure, **m.fields, **params, "ok": False,
+                        "failures": [m.failure]})
             if m.traceback:
                 rec["traceback"] = m.traceback
         rec.update({"where": {}, "diagnosis": None, "probes": None})
@@ -110,6 +113,10 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
     rec["budget_ulps_direct"] = direct
     rec["nonfinite"] = {n: a.nonfinite for n, a in per.items()}
     rec["nonfinite_first_index"] = {n: a.first_nonfinite for n, a in per.items() if a.nonfinite}
+    # numpy.testing's "mismatched elements: n / N" per failing output, indices in the caller's layout
+    rec["mismatched"] = {n: mm.summary() for n, mm in _judge.mismatches(
+        truth, per, m.values, final=final, grads=m.mode == "fwd_bwd", claims=subject.claims,
+        layout=layout).items()}
     rec.update(params)
     rec["ok"] = not failures
     rec["failed_tier"] = {n: a.failed_tier for n, a in per.items() if not a.ok}
@@ -145,7 +152,7 @@ def add_probes(rec: dict[str, Any], results) -> dict[str, Any]:
     ``probes``, and each failing one among its failures (the row fails)."""
     rec["probes"] = [r.summary() for r in results]
     bad = [r for r in results if r.passed is False]
-    if bad and "skipped" not in rec:
+    if bad and "rel_err" in rec:            # a measured row (probes run on no other)
         rec["failures"] = rec.get("failures", []) + [f"probe {r.probe}: {r.detail}" for r in bad]
         rec["failed_tier"] = {**rec.get("failed_tier", {}),
                               **{f"probe {r.probe}": "probe" for r in bad}}

@@ -9,8 +9,9 @@ directory, a known extension for the plot, and a file can be created in its dire
 nearest one that exists). Missing directories are created when the file is written, for both.
 
 Rows: ``ok`` true (measured, within the bound), false (failed: a bound exceeded, a non-finite
-output, or a kernel that raised or returned the wrong structure or dtype, the reason then also in
-``skipped``), null (skipped: glaref declined the row, the reason in ``skipped``).
+output, or a kernel that raised or returned the wrong structure or dtype, the reason then under
+``error``, with the kernel's ``traceback`` when it raised), null (skipped: glaref declined the
+row, the reason in ``skipped``). Only a measured row has figures (``measured``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, Iterable, TextIO
 
 from .._errors import AuditEnvironmentError, AuditUsageError
 from .._inputs import FORWARD, GRADS, OUTPUTS
+from .._judge import Mismatch
 from .._where import where_lines
 from ._presets import coverage
 
@@ -33,7 +35,7 @@ RECORD_ADDITIONS = (
     "dtype", "compute_dtype", "precision", "layout", "regime", "seed", "scale", "final_state",
     "chunk_size", "accumulate_dtype", "dlog_alpha_form", "gate", "cu_seqlens", "ok", "failed_tier",
     "failures", "notes", "verdict", "oracle_ms", "where", "diagnosis", "probes", "outcome",
-    "outcomes", "x_best", "envelope_ratio",
+    "outcomes", "x_best", "envelope_ratio", "mismatched",
 )
 
 ERR_COLUMNS = OUTPUTS
@@ -142,12 +144,15 @@ def _e(x) -> str:
     return f"{x:.1e}"
 
 
+def measured(r: dict[str, Any]) -> bool:
+    """Whether a record has figures: neither a failure before any (``error``: the kernel raised or
+    returned the wrong structure) nor a row glaref declined (``skipped``)."""
+    return "error" not in r and "skipped" not in r
+
+
 def failed_outputs(r: dict[str, Any]) -> list[str]:
     """The outputs a measured record failed on, in order (the keys of its ``failed_tier``)."""
     return list(r.get("failed_tier") or {})
-
-
-SHORT = {"o": "o", "h_T": "h_T", "q": "q", "k": "k", "v": "v", "log_alpha": "la", "h0": "h0"}
 
 
 def _largest(values: dict[str, float | None]) -> tuple[str | None, float | None]:
@@ -166,7 +171,10 @@ def reference_used(r: dict[str, Any]) -> tuple[str | None, float | None]:
 def bound_used(r: dict[str, Any]) -> float | None:
     """The largest budget_ulps / bound over a record's outputs: the share of a correct kernel's
     worst-case rounding error the kernel used (> 1 fails: the proven tier). None when nothing was
-    measured or no output has a finite bound."""
+    measured or no output has a finite bound; nan when an output has non-finite values (no
+    figure describes it)."""
+    if any((r.get("nonfinite") or {}).values()):
+        return math.nan
     ulps, bounds = r.get("budget_ulps") or {}, r.get("budget_bound") or {}
     vals = []
     for n, u in ulps.items():
@@ -186,28 +194,29 @@ def verdict(r: dict[str, Any]) -> str:
         if r.get("outcome") != "less_accurate":
             return "ok"
         less = [n for n, o in (r.get("outcomes") or {}).items() if o == "less_accurate"]
-        return "less accurate " + ",".join(f"{SHORT.get(n, n)}:{r['x_best'][n]:.3g}x" for n in less)
+        return "less accurate " + ",".join(f"{n}:{r['x_best'][n]:.3g}x" for n in less)
     tiers = r.get("failed_tier") or {}
     ratios = r.get("reference_ratio") or {}
     parts = []
     for n in failed_outputs(r):
         t = tiers.get(n)
         if t == "calibrated":
-            parts.append(f"{SHORT.get(n, n)}:{ratios[n]:.3g}x")
+            parts.append(f"{n}:{ratios[n]:.3g}x")
         elif t == "nonfinite":
-            parts.append(f"{SHORT.get(n, n)}:nan")
+            parts.append(f"{n}:nan")
         elif t == "probe":                  # "probe determinism" (glaref._probes)
             parts.append(n)
         elif t:
-            parts.append(f"{SHORT.get(n, n)}:{t}")
+            parts.append(f"{n}:{t}")
         else:
-            parts.append(SHORT.get(n, n))
+            parts.append(n)
     return "FAIL " + ",".join(parts)
 
 
 LEGEND = (
-    "columns o .. h0: normwise relative error ||x - ref|| / ||ref|| of each output and gradient\n"
-    "  against the float64 oracle run on the same (dtype-rounded) inputs.\n"
+    "columns o .. h0: normwise relative error ||x - ref|| / ||ref|| of each output (o, h_T) and\n"
+    "  gradient (q .. h0, each named by its input, as in the JSON report) against the float64\n"
+    "  oracle run on the same (dtype-rounded) inputs.\n"
     "x_ref: the largest ratio, over the outputs, of the kernel's error to the error of glaref's\n"
     "  same-precision reference kernels on the same inputs (calibrated tier: fails above the\n"
     "  allowed ratio, {R:g}); the output it belongs to in brackets.\n"
@@ -225,6 +234,20 @@ def legend() -> str:
     return LEGEND.format(R=tol("calibrated_ratio"))
 
 
+IMPL_WIDTH = 40     # the table's impl column at most (the JSON keeps the full name)
+
+
+def short_name(impl: str, width: int = IMPL_WIDTH) -> str:
+    """A kernel's name as the table and the plot show it: a file-path kernel
+    (``path/to/file.py:fn``) as its file's stem and function (``file:fn``); then, when still
+    longer than ``width``, its last ``width - 3`` characters after "...". The JSON report and the
+    messages keep the full name."""
+    head, sep, fn = impl.rpartition(":")
+    if sep and (head.endswith(".py") or "/" in head or os.sep in head):
+        impl = f"{os.path.splitext(os.path.basename(head))[0]}:{fn}"
+    return impl if len(impl) <= width else "..." + impl[-(width - 3):]
+
+
 def _f(x, fmt: str) -> str:
     width = int(fmt.split(".")[0])
     return f"{'-':>{width}}" if x is None else format(x, fmt)
@@ -236,7 +259,7 @@ class Table:
     def __init__(self, impls: Iterable[str], configs: Iterable[str], stream: TextIO,
                  regimes: Iterable[str] | None = None, gate: str = "scalar",
                  packed: bool = False):
-        self.w_impl = max([4] + [len(i) for i in impls])
+        self.w_impl = max([4] + [len(short_name(i)) for i in impls])
         self.w_cfg = max([6] + [len(c) for c in configs])
         regimes = list(regimes or [])
         # a regime column only when several regimes share the table
@@ -250,7 +273,7 @@ class Table:
         reg += f"{'N_seq':>5} " if self.packed else ""
         head = (f"{'impl':<{self.w_impl}} {'mode':<7} {reg}{'config':<{self.w_cfg}} {'T':>5} "
                 f"{'ms':>9} {'compile_s':>9} {'temp_MB':>8} {'resid_MB':>8} "
-                + " ".join(f"{c:>9}" for c in ERR_COLUMNS) + f" {'x_ref':>10} {'proven':>7}  verdict")
+                + " ".join(f"{c:>9}" for c in ERR_COLUMNS) + f" {'x_ref':>14} {'proven':>7}  verdict")
         self.header = head
 
     def print_header(self) -> None:
@@ -263,35 +286,40 @@ class Table:
         if self.packed:
             cu = r.get("cu_seqlens")
             reg += f"{'-' if cu is None else len(cu) - 1:>5} "
-        lead = (f"{r['impl']:<{self.w_impl}} {r['mode']:<7} {reg}"
+        lead = (f"{short_name(r['impl']):<{self.w_impl}} {r['mode']:<7} {reg}"
                 f"{r['config']:<{self.w_cfg}} {r['seq']:>5} ")
+        if "error" in r:
+            return lead + f"FAIL: {r['error']}"
         if "skipped" in r:
-            tail = "FAIL" if r.get("ok") is False else "skipped"
-            return lead + f"{tail}: {r['skipped']}"
+            return lead + f"skipped: {r['skipped']}"
         errs = {**r.get("rel_err_out", {}), **(r.get("rel_err_grads") or {})}
         cols = " ".join(f"{_e(errs.get(c)):>9}" for c in ERR_COLUMNS)
         used = bound_used(r)
-        used_s = "-" if used is None else "inf" if math.isinf(used) else f"{used:.2g}"
+        used_s = "-" if used is None else "nan" if math.isnan(used) else \
+            "inf" if math.isinf(used) else f"{used:.2g}"
         name, ratio = reference_used(r)
         bad = [n for n, c in (r.get("nonfinite") or {}).items() if c]
         if bad:                 # a row with non-finite values has no finite ratio to show
             name, ratio = bad[0], math.nan
         ref_s = "-" if ratio is None else (f"{ratio:.2g}" if math.isfinite(ratio) else
                                            "nan" if math.isnan(ratio) else "inf") \
-            + f"({SHORT.get(name, name)})"
+            + f"({name})"
         return (lead + f"{_f(r.get('median_ms'), '9.2f')} {_f(r.get('compile_s'), '9.2f')} "
                 f"{_f(r.get('xla_temp_mb'), '8.1f')} {_f(r.get('residual_mb'), '8.1f')} "
-                f"{cols} {ref_s:>10} {used_s:>7}  {verdict(r)}")
+                f"{cols} {ref_s:>14} {used_s:>7}  {verdict(r)}")
 
     def row(self, r: dict[str, Any]) -> None:
         print("\n".join([self.line(r)] + extra_lines(r)), file=self.stream, flush=True)
 
 
 def extra_lines(r: dict[str, Any]) -> list[str]:
-    """The lines under a row: its diagnosis (glaref._where) and its probes' results, indented."""
+    """The lines under a row: its failing outputs' mismatched elements (``mismatch_line``), its
+    diagnosis (glaref._where) and its probes' results, indented."""
     from .._probes import ProbeResult
 
-    lines = [f"  where: {r['diagnosis']}"] if r.get("diagnosis") else []
+    lines = [f"  {n}: {mismatch_line(mm, r.get('layout', 'bhtd'))}"
+             for n, mm in (r.get("mismatched") or {}).items()]
+    lines += [f"  where: {r['diagnosis']}"] if r.get("diagnosis") else []
     lines += ["  " + ProbeResult(**p).line() for p in r.get("probes") or []]
     return lines
 
@@ -321,8 +349,10 @@ def describe(r: dict[str, Any]) -> str:
              f"(B={r['batch']} G={r['groups']} H={r['heads']} dk={r['dk']} dv={r['dv']}) "
              f"T={r['seq']} regime {r.get('regime')}"
              + (f" gate {r['gate']}" if r.get("gate", "scalar") != "scalar" else ""))
+    if "error" in r:
+        return f"{where}: kernel not measured: {r['error']}"
     if "skipped" in r:
-        return f"{where}: kernel not measured: {r['skipped']}"
+        return f"{where}: skipped by glaref: {r['skipped']}"
     only = f" (forward only: {r['forward_only']})" if r.get("forward_only") else ""
     lines = [f"{where}: {r.get('verdict')}{only}"]
     rel = {**(r.get("rel_err_out") or {}), **(r.get("rel_err_grads") or {})}
@@ -333,21 +363,31 @@ def describe(r: dict[str, Any]) -> str:
         if tier == "probe":                 # worded below, from the record's probes
             continue
         label = name if name in FORWARD else f"{name} (gradient)"
+        if r["nonfinite"].get(name):        # no ratio or budget describes a non-finite output
+            lines.append(f"  {label}: {r['nonfinite'][name]} non-finite value(s), first at "
+                         f"{tuple(first_bad.get(name, ()))}")
+            continue
         figures = (f"{tier} tier: {figure(ratios.get(name))}x the reference kernels' "
                    f"error (allowed {figure(r.get('allowed_ratio'))}x; rel_err "
                    f"{figure(rel.get(name))} vs {figure(base.get(name))}), "
                    f"budget_ulps {figure(r['budget_ulps'].get(name))} "
                    f"(proven bound {figure(r['budget_bound'].get(name))}), "
                    f"max_abs_err {figure(r['max_abs_err'].get(name))}")
-        if r["nonfinite"].get(name):
-            figures += (f", {r['nonfinite'][name]} non-finite, first at "
-                        f"{tuple(first_bad.get(name, ()))}")
         lines.append(f"  {label}: {figures}")
+        mm = (r.get("mismatched") or {}).get(name)
+        if mm:
+            lines.append(f"  {label}: {mismatch_line(mm, r.get('layout', 'bhtd'))}")
     # where the errors are (glaref._where) and the failing probes (glaref._probes)
     lines += [f"  {line}" for line in where_lines(r)]
     lines += [f"  probe {p['probe']}: {p['detail']}" for p in r.get("probes") or []
               if p["passed"] is False]
     return "\n".join(lines)
+
+
+def mismatch_line(mm: dict[str, Any], layout: str) -> str:
+    """A record's ``mismatched`` entry of one output in words (``glaref._judge.Mismatch.line``)."""
+    return Mismatch(mm["count"], mm["size"], mm["bound"], mm["worst"],
+                    None if mm["worst_index"] is None else tuple(mm["worst_index"]), layout).line()
 
 
 def tracebacks(records: list[dict[str, Any]], most: int = 2) -> list[str]:
@@ -360,31 +400,33 @@ def tracebacks(records: list[dict[str, Any]], most: int = 2) -> list[str]:
     return out
 
 
-def summary(records: list[dict[str, Any]]) -> tuple[int, str]:
+def summary(records: list[dict[str, Any]], *, first: bool = True) -> tuple[int, str]:
     """(exit code, one-line reason ending with what ran, ``_presets.coverage``): 1 when a row
     failed (a bound exceeded, a non-finite output, a kernel that raised) or nothing was audited;
     else 3 when glaref declined rows (skipped: not enough memory), naming the first with its
-    reason; else 0."""
+    reason; else 0. ``first=False``: the headline alone (the plot's title), without the first
+    failing or declined row and what ran."""
     failed = [r for r in records if r.get("ok") is False]
     skipped = [r for r in records if r.get("ok") is None]
-    measured = [r for r in records if r.get("ok") is True]
+    passed = [r for r in records if r.get("ok") is True]
     also = f"; {len(skipped)} skipped" if skipped else ""
     ran = f"; ran {coverage(records)}"
     if failed:
         r = failed[0]
-        first = (r.get("failures") or [r.get("skipped", "")])[0]
+        why = (r.get("failures") or [r.get("error", "")])[0]
         more = len(r.get("failures", [])) - 1
-        first += f" (+{more} more output(s))" if more > 0 else ""
-        return 1, (f"FAIL: {len(failed)} of {len(records)} rows fail the verdict{also} (first: "
-                   f"{_where(r)}: {first}){ran}")
+        why += f" (+{more} more output(s))" if more > 0 else ""
+        head = f"FAIL: {len(failed)} of {len(records)} rows fail the verdict{also}"
+        return 1, (f"{head} (first: {_where(r)}: {why}){ran}" if first else head)
     if not records:
         return 1, "FAIL: no row was audited"
     within = f"within {_ratio():g}x the reference kernels' error and the proven bound"
     if skipped:
         r = skipped[0]
-        return 3, (f"INCOMPLETE: {len(measured)} rows {within}, {len(skipped)} of {len(records)} "
-                   f"skipped by glaref (first: {_where(r)}: {r['skipped']}){ran}")
-    return 0, f"OK: {len(measured)} rows {within}{ran}"
+        head = (f"INCOMPLETE: {len(passed)} rows {within}, {len(skipped)} of {len(records)} "
+                "skipped by glaref")
+        return 3, (f"{head} (first: {_where(r)}: {r['skipped']}){ran}" if first else head)
+    return 0, f"OK: {len(passed)} rows {within}{ran}"
 
 
 def notes(records: list[dict[str, Any]], most: int = 6) -> list[str]:
@@ -425,8 +467,8 @@ def _where_panel(ax, r: dict[str, Any], name: str) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("t" + (f" (chunks of {C}{', inferred' if p.get('chunk_inferred') else ''})"
                          if C else ""))
-    label = name if name in FORWARD else f"d{name}"
-    ax.set_title(f"{r['impl'][-24:]} T={r['seq']}: {label} per step (budget units)", fontsize=8)
+    label = name if name in FORWARD else f"{name} (gradient)"
+    ax.set_title(f"{short_name(r['impl'], 24)} T={r['seq']}: {label} per step (budget units)", fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
 
 
@@ -447,7 +489,7 @@ def plot(records: list[dict[str, Any]], path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    rows = [r for r in records if "skipped" not in r]
+    rows = [r for r in records if measured(r)]
     errs = lambda r: {**r.get("rel_err_out", {}), **(r.get("rel_err_grads") or {})}  # noqa: E731
     names = [n for n in ERR_COLUMNS if any(n in errs(r) for r in rows)]
     panels = names + ["time"]
@@ -498,13 +540,13 @@ def plot(records: list[dict[str, Any]], path) -> None:
         ax.set_xlabel("seq")
         grad = panel in GRADS
         ax.set_title("median ms per call" if panel == "time" else
-                     f"rel_err d{panel}" if grad else f"rel_err {panel}")
+                     f"rel_err {panel} (gradient)" if grad else f"rel_err {panel}")
         ax.grid(True, which="both", alpha=0.3)
     for ax, (r, n) in zip(axes.ravel()[len(panels):], located):
         _where_panel(ax, r, n)
     for ax in axes.ravel()[len(panels) + len(located):]:
         ax.axis("off")
-    handles = [Line2D([], [], color=colour[i], label=i) for i in impls]
+    handles = [Line2D([], [], color=colour[i], label=short_name(i)) for i in impls]
     handles += [Line2D([], [], color="k", marker=marker[c], linestyle="", label=c) for c in configs]
     handles.append(Line2D([], [], color="k", linestyle="-", label="solid: measured rel_err"))
     handles.append(Line2D([], [], color="k", linestyle=":", label=f"dotted: allowed rel_err "
@@ -512,8 +554,8 @@ def plot(records: list[dict[str, Any]], path) -> None:
     if has_fwd and any(r["mode"] == "fwd_bwd" for r in rows):
         handles.append(Line2D([], [], color="k", linestyle="--", label="time: solid fwd, dashed fwd_bwd"))
     handles.append(Line2D([], [], color="red", marker="x", linestyle="", label="verdict failed"))
-    # the verdict in words above the panels (the summary line without its first failure)
-    fig.suptitle(summary(records)[1].split(" (first:", 1)[0], fontsize=10)
+    # the verdict in words above the panels (the summary's headline)
+    fig.suptitle(summary(records, first=False)[1], fontsize=10)
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8,
                frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))

@@ -110,9 +110,15 @@ def _raised(exc: BaseException) -> str:
 
 
 def _defined(module) -> str:
-    """What a module defines that could be a kernel: its public callables, for a message."""
-    names = sorted(n for n, x in vars(module).items() if callable(x) and not n.startswith("_")
-                   and getattr(x, "__module__", None) == module.__name__)
+    """What a module defines that could be a kernel, for a message: the callables of its
+    ``__all__`` when it has one (a package re-exporting its kernels), else its public callables
+    defined in it (not those it imported)."""
+    public = getattr(module, "__all__", None)
+    if isinstance(public, (list, tuple)):
+        names = sorted(n for n in public if isinstance(n, str) and callable(getattr(module, n, None)))
+    else:
+        names = sorted(n for n, x in vars(module).items() if callable(x) and not n.startswith("_")
+                       and getattr(x, "__module__", None) == module.__name__)
     return ", ".join(names[:20]) + (", ..." if len(names) > 20 else "") if names else "none"
 
 
