@@ -66,6 +66,10 @@ PROBE_DOCS = {
                          "(k_e^T v_e at its end offset e < T): the future in the state only",
 }
 
+# the probe each probe mutant fails (tests/test_probes.py, tools/where_table.py)
+PROBE_EXPECTED = {"nondeterministic": "determinism", "reads_ahead": "causality",
+                  "packed_leak": "packed", "state_reads_ahead": "causality"}
+
 
 @dataclass(frozen=True)
 class _Flags:
