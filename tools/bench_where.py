@@ -47,18 +47,22 @@ def _quick() -> None:
     glaref.audit(preset="quick")
 
 
-def profiles_ratio(repeats: int) -> tuple[float, float]:
-    """(seconds with profiles, seconds without), the median of ``repeats`` alternating runs."""
+def profiles_ratio(repeats: int) -> tuple[tuple, tuple]:
+    """((wall, CPU) seconds with profiles, (wall, CPU) without), each the median of ``repeats``
+    alternating runs."""
     real = _where.row_profiles
     with_p, without = [], []
     for _ in range(repeats):
-        with_p.append(_timed(_quick))
+        with_p.append(_cpu(_quick))
         _where.row_profiles = lambda *a, **k: {}
         try:
-            without.append(_timed(_quick))
+            without.append(_cpu(_quick))
         finally:
             _where.row_profiles = real
-    return sorted(with_p)[len(with_p) // 2], sorted(without)[len(without) // 2]
+
+    def median(xs):
+        return tuple(sorted(x[i] for x in xs)[len(xs) // 2] for i in (0, 1))
+    return median(with_p), median(without)
 
 
 def probes_ratio(seq: int, which="all", impls=("chunked", "scan"),
@@ -96,8 +100,9 @@ def main(argv=None) -> int:
     if ns.quick:
         _timed(_quick)                               # warm-up: jit caches, the Numba oracle
         w, wo = profiles_ratio(ns.repeats)
-        print(f"quick preset: {w:.2f} s with profiles, {wo:.2f} s without: ratio {w / wo:.3f} "
-              f"(target <= 1.1)", flush=True)
+        print(f"quick preset: {w[0]:.2f} s wall / {w[1]:.2f} s CPU with profiles, {wo[0]:.2f} s "
+              f"wall / {wo[1]:.2f} s CPU without: ratio {w[0] / wo[0]:.3f} wall, "
+              f"{w[1] / wo[1]:.3f} CPU (target <= 1.1)", flush=True)
     else:
         glaref.audit(["scan"], "1,2,4,16,16", [8], ["fwd_bwd"], repeats=0)     # warm-up
     if ns.quick:
