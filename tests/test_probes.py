@@ -140,6 +140,12 @@ def test_a_state_that_reads_past_its_sequence_fails_causality():
         in r.detail, r.detail
     # unpacked, the same kernel is right: o and dq at t < 21 see nothing of the future
     assert _probes.causality(run, p).passed is True
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_a_correct_packed_kernel_passes_causality_with_its_states_seen_whole():
+    p = _problem()
     ok = _probes.causality(_jax("scan"), p, packing=_probes.Packing(_jax("scan"), "standard",
                                                                       DIMS, 0, "float32"))
     assert ok.passed is True and "h_T[0], h_T[1] = h_21 included" in ok.detail, ok.detail
