@@ -133,8 +133,10 @@ def zoo_lines(emit) -> int:
     for kernels, claims, said in groups:
         named = {}
         for name, fn in kernels.items():
-            def wrapped(q, k, v, log_alpha, h0, _fn=fn):
-                return _fn(q, k, v, log_alpha, h0)
+            def wrapped(q, k, v, log_alpha, h0, cu_seqlens=None, _fn=fn):
+                # a kernel without cu_seqlens is called without it (the packed probe: n/a)
+                kw = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
+                return _fn(q, k, v, log_alpha, h0, **kw)
             wrapped.__name__ = wrapped.__qualname__ = name
             named[name] = wrapped
         recs = _audit(named, CONFIG, **claims)
