@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def _record(time, band, chunk=4, seq=10):
-    return {"impl": "user:kernel", "seq": seq,
+    return {"impl": "user:kernel", "seq": seq, "regime": "strong_decay",
             "where": {"q": {"time": time, "time_band": band, "time_bin": 1, "chunk": chunk,
                             "chunk_inferred": False}}}
 
@@ -36,7 +36,8 @@ def test_a_where_panel_draws_the_error_the_band_and_the_chunk_boundaries():
         verticals = [ln for ln in ax.get_lines()[2:] if len(set(ln.get_xdata())) == 1]
         assert sorted(ln.get_xdata()[0] for ln in verticals) == [4, 8]
         assert ax.get_yscale() == "log"
-        assert "dq" in ax.get_title() and "chunks of 4" in ax.get_xlabel()
+        assert ax.get_title() == "user:kernel T=10 strong_decay: dq per step (budget units)"
+        assert "chunks of 4" in ax.get_xlabel()
     finally:
         plt.close(fig)
 
