@@ -7,10 +7,12 @@ with each other, on inputs built to expose one class of bug each:
     causality        inputs changed at t >= P leave o and dq at t < P bit-identical (o_t and
                      dq_t depend on steps s <= t only), and inputs changed at t < P (h0 too)
                      leave dk, dv at t >= P bit-identical (they depend on steps s >= t only)
-    packed           with cu_seqlens: changing one sequence (its inputs, h0, cotangents) leaves
-                     every other sequence's outputs and gradients bit-identical; NaN written into
-                     padding past the last offset leaves everything before it bit-identical to
-                     zeros there (run only when the kernel accepts offsets ending before T)
+    packed           with cu_seqlens (three sequences at [0, P // 2, P, end]): changing the
+                     middle one (its inputs, h0, cotangents) leaves the others' outputs and
+                     gradients bit-identical; NaN written into padding past the last offset
+                     leaves everything before it bit-identical to zeros there (run only when the
+                     kernel accepts offsets ending before T); causality reuses the same packing
+                     to see the states before P whole (h_T of the sequences ending by P)
     cotangents       the gradients under structured cotangents (do zero but at one step and
                      dh_T = 0; dh_T alone; do alone) pass the verdict, as the random one does
     chunk_sweep      T = C - 1, C, C + 1, 2C - 1, 2C + 1 pass the verdict (C declared, or 64)
@@ -36,14 +38,22 @@ import numpy as np
 
 from . import _judge
 from ._frameworks import accepts, detect_framework, run_kernel
-from ._inputs import _KIND, ARRAYS, Dims, Problem, from_canonical, kernel_returns, to_canonical
+from ._inputs import (
+    _KIND,
+    ARRAYS,
+    GRADS,
+    Dims,
+    Problem,
+    from_canonical,
+    kernel_returns,
+    to_canonical,
+)
 from ._problems import make_problem, round_to_dtype
-from .regimes import random_cu_seqlens
 
 PROBES = ("determinism", "causality", "packed", "cotangents", "chunk_sweep")
 DEFAULT_CHUNK = 64            # the chunk sweep's C for a kernel that declares none
-PACKED_SEQUENCES = 3          # sequences packed by the isolation probe
 PADDING = 5                   # steps of NaN padding past the last offset
+SWEEP_HEADS = 2               # heads of the chunk sweep's problems (B = 1, one group)
 
 
 # ---------------------------------------------------------------- the family and the runner
@@ -117,24 +127,38 @@ def kernel_runner(kernel: Callable, dtype: str, *, layout: str = "bhtd", scale: 
     return run
 
 
-def jax_runner(kernel: Callable, dtype: str, *, layout: str = "bhtd",
-               scale: float | None = 1.0) -> Runner:
-    """A Runner for a JAX kernel, compiled once per shape (``jax.jit`` of its forward and
-    ``jax.vjp`` backward, as the audit runs it): much faster than :func:`kernel_runner`'s
-    op-by-op calls when the probes run the same shapes again. ``scale`` reaches a kernel whose
-    signature takes it (None: never passed, the kernel has it bound already)."""
-    import jax
-    import jax.numpy as jnp
+class JaxProbeRunner:
+    """A Runner for a JAX kernel that compiles as little as it can: the forward and its
+    ``jax.vjp`` backward jitted once per packing (offsets), so every run of one shape after the
+    first is a call; the row's own compiled program (:meth:`use_row`) for problems of the row's
+    shape, so that the probes run at that shape compile nothing; and :meth:`many`, which runs
+    problems of different shapes through *one* compiled program (one XLA compilation for the
+    chunk sweep's five lengths instead of five). Keep one per kernel for a whole audit: its
+    programs serve every row. ``scale`` reaches a kernel whose signature takes it (None: never
+    passed, the kernel has it bound already)."""
 
-    jd = jnp.dtype(dtype)
-    kw = {"scale": float(scale)} if scale is not None and accepts(kernel, "scale") else {}
-    programs: dict = {}
+    def __init__(self, kernel: Callable, dtype: str, *, layout: str = "bhtd",
+                 scale: float | None = 1.0):
+        import jax
+        import jax.numpy as jnp
 
-    def program(cu):
+        self.jax, self.jnp = jax, jnp
+        self.kernel, self.layout = kernel, layout
+        self.jd = jnp.dtype(dtype)
+        self.kw = {"scale": float(scale)} if scale is not None and accepts(kernel, "scale") else {}
+        self._fns: dict = {}          # offsets -> the differentiated function (not jitted)
+        self._jitted: dict = {}       # offsets -> jax.jit of it (jit caches one program per shape)
+        self._many: dict = {}         # (offsets, ...) -> jax.jit of the functions side by side
+        self._joint: dict = {}        # (shapes, offsets) -> (program, position, its argument sets)
+        self._row = None              # (shapes, compiled program, its arguments' dtypes)
+        self.compiles = 0             # programs this runner compiled (the row's not counted)
+
+    def _fn(self, cu):
         key = None if cu is None else tuple(int(c) for c in cu)
-        if key not in programs:
-            fn = functools.partial(kernel, **kw) if cu is None else \
-                functools.partial(kernel, cu_seqlens=np.asarray(cu), **kw)
+        if key not in self._fns:
+            jax = self.jax
+            fn = functools.partial(self.kernel, **self.kw) if cu is None else \
+                functools.partial(self.kernel, cu_seqlens=np.asarray(cu), **self.kw)
 
             def f(q, k, v, la, h0, do, dh_T):
                 out, pull = jax.vjp(fn, q, k, v, la, h0)
@@ -143,31 +167,102 @@ def jax_runner(kernel: Callable, dtype: str, *, layout: str = "bhtd",
                 else:
                     cts = do.astype(out.dtype)
                 return out, pull(cts)
-            programs[key] = jax.jit(f)
-        return programs[key]
+            self._fns[key] = f
+        return key, self._fns[key]
 
-    def run(p: Problem, grads: bool) -> dict[str, np.ndarray]:
-        arrays = {}
+    def use_row(self, p: Problem, compiled, dtypes: tuple) -> None:
+        """Run problems shaped as ``p`` (unpacked) through ``compiled``, the audit row's own
+        program ``(q, k, v, log_alpha, h0, do[, dh_T]) -> (outputs, gradients)`` with its
+        arguments in ``dtypes`` (``glaref._audit._runners.fwd_bwd_program``)."""
+        self._row = None if p.cu_seqlens is not None else (self._shapes(p), compiled, dtypes)
+
+    def _shapes(self, p: Problem) -> tuple:
+        return tuple(np.shape(getattr(p, n)) for n in ARRAYS[:5])
+
+    def _signature(self, p: Problem) -> tuple:
+        cu = None if p.cu_seqlens is None else tuple(int(c) for c in p.cu_seqlens)
+        return self._shapes(p), cu
+
+    def _arrays(self, p: Problem) -> list:
+        out = []
         for n in ARRAYS:
             x = getattr(p, n)
             if x is None:       # dh_T None: zero
                 x = np.zeros_like(p.h0)
-            arrays[n] = jnp.asarray(np.asarray(from_canonical(x, _KIND[n], layout)).astype(jd))
-        try:
-            out, g = program(p.cu_seqlens)(*(arrays[n] for n in ARRAYS))
-            out = jax.block_until_ready(out)
-        except Exception as exc:            # the kernel's own error, reported as the probe's
-            raise KernelFailed(f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}") from exc
-        got, final, problem = kernel_returns(out, p.dims, layout, p.n_states)
+            out.append(self.jnp.asarray(np.asarray(from_canonical(x, _KIND[n], self.layout))
+                                        .astype(self.jd)))
+        return out
+
+    def _read(self, p: Problem, out, g) -> dict[str, np.ndarray]:
+        got, _, problem = kernel_returns(out, p.dims, self.layout, p.n_states)
         if problem is not None:
             raise KernelFailed(problem)
-        res = {n: to_canonical(np.asarray(x).astype(np.float64), _KIND[n], layout)
+        res = {n: to_canonical(np.asarray(x).astype(np.float64), _KIND[n], self.layout)
                for n, x in zip(("o", "h_T"), got)}
-        if grads:
-            res.update({f"d{n}": to_canonical(np.asarray(x).astype(np.float64), _KIND[n], layout)
-                        for n, x in zip(("q", "k", "v", "log_alpha", "h0"), g)})
+        res.update({f"d{n}": to_canonical(np.asarray(x).astype(np.float64), _KIND[n], self.layout)
+                    for n, x in zip(GRADS, g)})
         return res
-    return run
+
+    def _call(self, program, args):
+        try:
+            return self.jax.block_until_ready(program(*args))
+        except Exception as exc:            # the kernel's own error, reported as the probe's
+            raise KernelFailed(f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}") \
+                from exc
+
+    def __call__(self, p: Problem, grads: bool) -> dict[str, np.ndarray]:
+        args = self._arrays(p)
+        if self._row is not None and p.cu_seqlens is None and self._shapes(p) == self._row[0]:
+            _, compiled, dtypes = self._row
+            out, g = self._call(compiled, [a.astype(d) for a, d in zip(args, dtypes)])
+        elif self._signature(p) in self._joint:
+            # a shape compiled side by side with others (``many``): the others' last inputs
+            # ride along, their outputs are dropped
+            program, i, sets = self._joint[self._signature(p)]
+            sets[i] = args
+            out, g = self._call(program, sets)[i]
+        else:
+            key, f = self._fn(p.cu_seqlens)
+            if key not in self._jitted:
+                self._jitted[key] = self.jax.jit(f)
+            before = self._jitted[key]._cache_size()
+            out, g = self._call(self._jitted[key], args)
+            self.compiles += self._jitted[key]._cache_size() - before
+        res = self._read(p, out, g)
+        return res if grads else {n: x for n, x in res.items() if n in ("o", "h_T")}
+
+    def many(self, problems: list[Problem]) -> list[dict[str, np.ndarray]]:
+        """The outputs and gradients of every problem, from one program that runs them side by
+        side (compiled once per set of shapes and offsets). Later calls on one of their shapes
+        run through the same program."""
+        fns = [self._fn(p.cu_seqlens) for p in problems]
+        key = tuple((self._shapes(p), k) for p, (k, _) in zip(problems, fns))
+        if key not in self._many:
+            def side_by_side(*sets):
+                return [f(*s) for (_, f), s in zip(fns, sets)]
+            self._many[key] = self.jax.jit(side_by_side)
+        program = self._many[key]
+        sets = [self._arrays(p) for p in problems]
+        before = program._cache_size()
+        results = self._call(program, sets)
+        self.compiles += program._cache_size() - before
+        for i, p in enumerate(problems):
+            self._joint.setdefault(self._signature(p), (program, i, list(sets)))
+        return [self._read(p, out, g) for p, (out, g) in zip(problems, results)]
+
+
+def jax_runner(kernel: Callable, dtype: str, *, layout: str = "bhtd",
+               scale: float | None = 1.0) -> JaxProbeRunner:
+    """A Runner for a JAX kernel, compiled once per shape (``jax.jit`` of its forward and
+    ``jax.vjp`` backward, as the audit runs it): :class:`JaxProbeRunner`."""
+    return JaxProbeRunner(kernel, dtype, layout=layout, scale=scale)
+
+
+def run_many(run: Runner, problems: list[Problem]) -> list[dict[str, np.ndarray]]:
+    """Every problem through ``run`` with gradients: in one program when the runner can
+    (``many``, :class:`JaxProbeRunner`), else one after the other."""
+    many = getattr(run, "many", None)
+    return many(problems) if many is not None else [run(p, True) for p in problems]
 
 
 def function_runner(forward: Callable, vjp: Callable | None = None) -> Runner:
@@ -241,25 +336,32 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
                                np.where(nan, 0.0, b).view(np.uint64)))
 
 
-def _first_diff(a: np.ndarray, b: np.ndarray) -> tuple[int, ...] | None:
-    diff = ~((a == b) | (np.isnan(a) & np.isnan(b))) | (np.signbit(a) != np.signbit(b))
-    idx = np.argwhere(diff)
-    return tuple(int(i) for i in idx[0]) if idx.size else None
+def _differs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Where a and b differ in a bit (after exact widening: -0 differs from +0, NaN equals NaN)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return ~((a == b) | (np.isnan(a) & np.isnan(b))) | (np.signbit(a) != np.signbit(b))
 
 
 def _differences(x: dict[str, np.ndarray], y: dict[str, np.ndarray], where=None) -> list[str]:
-    """The outputs whose selected parts differ in a bit, each with its first differing index;
-    ``where``: {name: index expression} of the parts compared (all of every output when None)."""
+    """The outputs whose selected parts differ in a bit, each with its first differing index
+    (in the whole array); ``where``: {name: index expression} of the parts compared (all of
+    every output when None)."""
     bad = []
     names = x if where is None else where
     for n in names:
         if n not in x or n not in y:
             continue
-        sel = (slice(None),) if where is None else where[n]
-        a, b = np.asarray(x[n])[sel], np.asarray(y[n])[sel]
-        if a.size and not _same(a, b):
-            i = _first_diff(np.asarray(a, np.float64), np.asarray(b, np.float64))
-            bad.append(f"{n} at {i}")
+        a, b = np.asarray(x[n]), np.asarray(y[n])
+        if a.shape != b.shape:
+            bad.append(f"{n} (shape {b.shape}, was {a.shape})")
+            continue
+        mask = np.ones(a.shape, dtype=bool)
+        if where is not None:
+            mask[:] = False
+            mask[where[n]] = True
+        idx = np.argwhere(_differs(a, b) & mask)
+        if idx.size:
+            bad.append(f"{n} at {tuple(int(i) for i in idx[0])}")
     return bad
 
 
@@ -311,16 +413,106 @@ def _resample(p: Problem, family: Family, rng: np.random.Generator, steps: slice
     return p._replace(**new)
 
 
+def _pad(p: Problem, family: Family, fill: float) -> Problem:
+    """``p`` with PADDING steps of ``fill`` appended to every timed input and cotangent (its
+    offsets unchanged: the padding lies past the last one)."""
+    new = {}
+    for n in family.inputs + family.cotangents:
+        x = getattr(p, n)
+        if x is not None and n in family.timed:
+            shape = list(x.shape)
+            shape[2] = PADDING
+            new[n] = np.concatenate([x, np.full(shape, fill)], axis=2)
+    d = p.dims
+    return p._replace(dims=Dims(d.B, d.G, d.H, d.T + PADDING, d.dk, d.dv), **new)
+
+
+def split_step(T: int) -> int:
+    """P, the step causality splits at: the middle of T, odd (inside a chunk for chunked
+    kernels, whose chunks are even)."""
+    return (T // 2) | 1
+
+
+class Packing:
+    """The packed problem that causality and packed share, so that both run one compiled
+    program: B = 1, T steps (the row's), three sequences at offsets [0, P // 2, P, end] (P =
+    :func:`split_step`); end = T - PADDING with PADDING zero steps past it when the kernel
+    accepts offsets that end before T, else end = T (the padding is then not probed). ``get``
+    runs the kernel on it once: (problem, outputs and gradients, padded), or why it cannot run."""
+
+    def __init__(self, run: Runner, regime: str, dims: Dims, seed: int, dtype: str,
+                 family: Family = GATED):
+        self.run, self.regime, self.dims, self.seed = run, regime, dims, seed
+        self.dtype, self.family = dtype, family
+        self.split = split_step(dims.T)
+        self._got: tuple | str | None = None
+
+    def problem(self, padded: bool) -> Problem:
+        d, P = self.dims, self.split
+        end = d.T - PADDING if padded else d.T
+        cu = np.array([0, P // 2, P, end], dtype=np.int64)
+        p = self.family.make(self.regime, Dims(1, d.G, d.H, end, d.dk, d.dv), self.seed,
+                             self.dtype, cu)
+        return _pad(p, self.family, 0.0) if padded else p
+
+    def options(self) -> tuple[bool, ...]:
+        """The packings to try, in order: padded, then not (none when T is too short)."""
+        T, P = self.dims.T, self.split
+        if P // 2 < 1 or P >= T:
+            return ()
+        return (True, False) if T - PADDING > P else (False,)
+
+    def give(self, padded: bool, outputs: dict[str, np.ndarray]) -> None:
+        """The kernel's outputs on ``problem(padded)``, run elsewhere (``run_probes``)."""
+        self._got = (self.problem(padded), outputs, padded)
+
+    def get(self) -> tuple[Problem, dict[str, np.ndarray], bool] | str:
+        if self._got is not None:
+            return self._got
+        if not self.options():
+            self._got = f"T = {self.dims.T} is too short for three packed sequences"
+            return self._got
+        why = ""
+        for padded in self.options():
+            p = self.problem(padded)
+            try:
+                self._got = (p, self.run(p, True), padded)
+                return self._got
+            except KernelFailed as exc:
+                why = f"cu_seqlens={p.cu_seqlens.tolist()}: {exc}"
+        self._got = f"the kernel does not take packed sequences ({why})"
+        return self._got
+
+
+def _select(out: dict[str, np.ndarray], family: Family, steps, states) -> dict:
+    """{output: index expression} of the given steps of every timed output and the given
+    sequences of every per-state one."""
+    where = {}
+    for name in out:
+        if name in family.timed:
+            where[name] = (slice(None), slice(None), steps)
+        elif name in family.per_state:
+            where[name] = (states,)
+    return where
+
+
 def causality(run: Runner, p: Problem, family: Family = GATED, *, split: int | None = None,
-              dtype: str = "float64", seed: int = 0, chunk_size: int | None = None) -> ProbeResult:
+              dtype: str = "float64", seed: int = 0, chunk_size: int | None = None,
+              packing: Packing | None = None) -> ProbeResult:
     """Inputs changed at t >= P leave the causal outputs (o, dq) at t < P bit-identical; inputs
     changed at t < P (and h0) leave the anticausal ones (dk, dv) bit-identical from the first
     chunk boundary at or after P on (within P's chunk a kernel whose decays are differences of
     in-chunk prefix sums, as flash-linear-attention's, rounds them with the earlier steps' gates:
     a dependence in the last bit only; C: ``chunk_size``, or DEFAULT_CHUNK when unknown). P: the
-    middle of T by default, placed inside a chunk for chunked kernels (an odd step)."""
+    middle of T by default, placed inside a chunk for chunked kernels (an odd step).
+
+    The states h_t at t < P, which a kernel returns only at the end, are seen in an unpacked run
+    through o_t and dq_t (each a projection of h_t). With ``packing`` (a kernel that takes
+    cu_seqlens; offsets [0, P // 2, P, ...]) they are seen whole: inputs changed at t >= P (the
+    later sequence's steps, h0 and dh_T) leave every output of the sequences before P
+    bit-identical, their final states h_T included, the last of which is h_P."""
     T = p.dims.T
-    P = split if split is not None else (T // 2) | 1
+    P = split if split is not None else split_step(T)
     if not 0 < P < T:
         return ProbeResult("causality", None, f"T = {T} has no step to split at")
     C = chunk_size if chunk_size else DEFAULT_CHUNK
@@ -339,95 +531,79 @@ def causality(run: Runner, p: Problem, family: Family = GATED, *, split: int | N
         if Q < T:
             bad += [f"{d}, counted from t = {Q} (inputs changed at t < {P})"
                     for d in _differences(base, early, after)]
+        states = "h at t < P seen through o and dq (the kernel takes no cu_seqlens)"
+        got = packing.get() if packing is not None and packing.split == P else None
+        if isinstance(got, tuple):
+            pp, pbase, _ = got
+            cu = pp.cu_seqlens
+            end = int(cu[-1])
+            changed = run(_resample(pp, family, rng, slice(P, end), states=slice(2, None),
+                                    dtype=dtype), True)
+            bad += [f"{d} (packed at offsets {cu.tolist()}: sequence 2 changed)"
+                    for d in _differences(pbase, changed,
+                                          _select(pbase, family, slice(0, P), slice(0, 2)))]
+            states = (f"packed at offsets {cu.tolist()}: the sequences before t = {P}, their "
+                      f"final states h_T[0], h_T[1] = h_{P} included, unchanged by t >= {P}")
         if bad:
             return ProbeResult("causality", False, "outputs depend on steps they cannot: "
                                + "; ".join(bad))
         anti = (f"; {', '.join(family.anticausal_outputs)} at t >= {Q} unchanged by t < {P}"
                 if Q < T else "")
         return ProbeResult("causality", True, f"{', '.join(family.causal_outputs)} at t < {P} "
-                           f"unchanged by t >= {P}{anti}")
+                           f"unchanged by t >= {P}{anti}; {states}")
     return _guard("causality", body)
 
 
 def packed(run: Runner, regime: str, dims: Dims, seed: int, dtype: str,
-           family: Family = GATED) -> ProbeResult:
-    """Packed sequences: changing sequence m (its steps, h0[m], dh_T[m] and do on its steps)
-    leaves every other sequence's outputs and gradients bit-identical; NaN in padding past the
-    last offset leaves everything before it as zeros there would."""
-    T = dims.T
-    if T < PACKED_SEQUENCES:
-        return ProbeResult("packed", None, f"T = {T} is shorter than {PACKED_SEQUENCES} sequences")
-    cu = np.asarray(random_cu_seqlens(T, PACKED_SEQUENCES, seed))
-    lengths = np.diff(cu)
-    if np.count_nonzero(lengths) < PACKED_SEQUENCES:    # every sequence non-empty
-        cu = np.linspace(0, T, PACKED_SEQUENCES + 1).astype(np.int64)
-        lengths = np.diff(cu)
-    d1 = Dims(1, dims.G, dims.H, T, dims.dk, dims.dv)
-    p = family.make(regime, d1, seed, dtype, cu)
-    m = int(np.argmax(lengths))          # the longest sequence is the one changed
+           family: Family = GATED, *, packing: Packing | None = None) -> ProbeResult:
+    """Packed sequences (:class:`Packing`: three at offsets [0, P // 2, P, end]): changing the
+    middle one (its steps, h0[1], dh_T[1] and do on its steps) leaves the sequences before and
+    after it bit-identical, outputs and gradients; NaN in the padding past the last offset
+    leaves everything before it as zeros there do (when the kernel accepts offsets that end
+    before T)."""
+    packing = packing or Packing(run, regime, dims, seed, dtype, family)
 
     def body():
+        got = packing.get()
+        if isinstance(got, str):
+            return ProbeResult("packed", None, f"not run: {got}")
+        p, base, padded = got
+        cu = p.cu_seqlens
         rng = np.random.default_rng(seed + 1)
-        try:
-            base = run(p, True)
-        except KernelFailed as exc:
-            return ProbeResult("packed", None, f"not run: the kernel does not take packed "
-                               f"sequences (cu_seqlens={cu.tolist()}: {exc})")
-        changed = run(_resample(p, family, rng, slice(int(cu[m]), int(cu[m + 1])),
-                                states=slice(m, m + 1), dtype=dtype), True)
-        where = {}
-        others = [n for n in range(len(lengths)) if n != m]
-        for name in base:
-            if name in family.timed:
-                keep = np.concatenate([np.arange(cu[n], cu[n + 1]) for n in others])
-                where[name] = (slice(None), slice(None), keep)
-            elif name in family.per_state:
-                where[name] = (np.array(others),)
-        bad = _differences(base, changed, where)
-        detail = [f"offsets {cu.tolist()}"]
+        changed = run(_resample(p, family, rng, slice(int(cu[1]), int(cu[2])),
+                                states=slice(1, 2), dtype=dtype), True)
+        keep = np.concatenate([np.arange(cu[0], cu[1]), np.arange(cu[2], cu[3])])
+        bad = _differences(base, changed, _select(base, family, keep, np.array([0, 2])))
         if bad:
-            return ProbeResult("packed", False, f"changing sequence {m} changed other sequences' "
-                               f"outputs: {', '.join(bad)} ({detail[0]})")
-        pad = _padding(run, p, family, dtype)
-        if pad is not None and pad[0] is False:
-            return ProbeResult("packed", False, pad[1])
-        detail.append(f"changing sequence {m} leaves the others bit-identical")
-        detail.append(pad[1] if pad is not None else "padding not probed (the kernel refuses "
-                      "offsets that end before T)")
+            return ProbeResult("packed", False, f"changing sequence 1 changed the others' "
+                               f"outputs: {', '.join(bad)} (offsets {cu.tolist()})")
+        detail = [f"offsets {cu.tolist()}", "changing sequence 1 leaves sequences 0 and 2 "
+                  "bit-identical"]
+        if padded:
+            end = int(cu[-1])
+            nans = p._replace(**{n: _nan_tail(getattr(p, n), end) for n in
+                                 family.inputs + family.cotangents
+                                 if n in family.timed and getattr(p, n) is not None})
+            try:
+                got_nan = run(nans, True)
+            except KernelFailed as exc:
+                return ProbeResult("packed", False, f"NaN in the padding past offset {end} "
+                                   f"made the kernel fail: {exc}")
+            bad = _differences(base, got_nan, _select(base, family, slice(0, end), slice(None)))
+            if bad:
+                return ProbeResult("packed", False, f"NaN in the padding past offset {end} "
+                                   "reached the sequences: " + ", ".join(bad))
+            detail.append(f"NaN in {PADDING} steps of padding past offset {end} reaches nothing")
+        else:
+            detail.append("padding not probed (the kernel refuses offsets that end before T)")
         return ProbeResult("packed", True, "; ".join(detail))
     return _guard("packed", body)
 
 
-def _padding(run: Runner, p: Problem, family: Family, dtype: str) -> tuple[bool, str] | None:
-    """(passed, detail) of NaN padding past the last offset, or None when the kernel refuses
-    arrays longer than the offsets' end."""
-    T = p.dims.T
-
-    def padded(fill: float) -> Problem:
-        new = {}
-        for n in family.inputs + family.cotangents:
-            x = getattr(p, n)
-            if x is not None and n in family.timed:
-                shape = list(x.shape)
-                shape[2] = PADDING
-                new[n] = np.concatenate([x, np.full(shape, fill)], axis=2)
-        return p._replace(dims=Dims(p.dims.B, p.dims.G, p.dims.H, T + PADDING, p.dims.dk,
-                                    p.dims.dv), **new)
-    try:
-        zeros = run(padded(0.0), True)
-    except KernelFailed:
-        return None
-    try:
-        nans = run(padded(np.nan), True)
-    except KernelFailed as exc:
-        return False, f"NaN in the padding past offset {T} made the kernel fail: {exc}"
-    where = {n: (slice(None), slice(None), slice(0, T)) for n in zeros if n in family.timed}
-    where.update({n: (slice(None),) for n in zeros if n in family.per_state})
-    bad = _differences(zeros, nans, where)
-    if bad:
-        return False, (f"NaN in the padding past offset {T} reached the sequences: "
-                       + ", ".join(bad))
-    return True, f"NaN in {PADDING} steps of padding past offset {T} reaches nothing"
+def _nan_tail(x: np.ndarray, end: int) -> np.ndarray:
+    y = np.array(x, copy=True)
+    y[:, :, end:] = np.nan
+    return y
 
 
 def _failed(what: str, fails: dict[str, str]) -> str:
@@ -461,17 +637,35 @@ def cotangents(run: Runner, p: Problem, judge: Judge, family: Family = GATED) ->
     return _guard("cotangents", body)
 
 
-def chunk_sweep(run: Runner, regime: str, dims: Dims, seed: int, dtype: str, judge: Judge, *,
-                chunk_size: int | None, family: Family = GATED) -> ProbeResult:
-    """T = C - 1, C, C + 1, 2C - 1, 2C + 1 (C declared, or DEFAULT_CHUNK) pass the verdict."""
+def sweep_dims(dims: Dims, T: int) -> Dims:
+    """The chunk sweep's problem at length T: B = 1, one group of at most SWEEP_HEADS heads,
+    the row's feature sizes (what the sweep probes is the time axis; small, so that its runs,
+    the oracle's and the reference kernels' cost little)."""
+    return Dims(1, 1, min(SWEEP_HEADS, dims.H // dims.G), T, dims.dk, dims.dv)
+
+
+def sweep_lengths(chunk_size: int | None) -> list[int]:
+    """T = C - 1, C, C + 1, 2C - 1, 2C + 1 for C declared (else DEFAULT_CHUNK)."""
     C = chunk_size if chunk_size and chunk_size > 1 else DEFAULT_CHUNK
-    Ts = [t for t in (C - 1, C, C + 1, 2 * C - 1, 2 * C + 1) if t >= 1]
+    return [t for t in (C - 1, C, C + 1, 2 * C - 1, 2 * C + 1) if t >= 1]
+
+
+def chunk_sweep(run: Runner, regime: str, dims: Dims, seed: int, dtype: str, judge: Judge, *,
+                chunk_size: int | None, family: Family = GATED,
+                outputs: list | None = None) -> ProbeResult:
+    """T = C - 1, C, C + 1, 2C - 1, 2C + 1 (C declared, or DEFAULT_CHUNK) pass the verdict, on
+    :func:`sweep_dims` problems run side by side (:func:`run_many`: one compiled program). A
+    run of length T also judges h_T, the state after T steps, against the oracle's: the state
+    in the middle of a chunk and at its edges, which an unpacked full run only shows through
+    its projections o and dq. ``outputs``: the kernel's on these problems, run already."""
+    C = chunk_size if chunk_size and chunk_size > 1 else DEFAULT_CHUNK
+    Ts = sweep_lengths(chunk_size)
 
     def body():
+        problems = [family.make(regime, sweep_dims(dims, T), seed, dtype) for T in Ts]
         bad = []
-        for T in Ts:
-            p = family.make(regime, Dims(dims.B, dims.G, dims.H, T, dims.dk, dims.dv), seed, dtype)
-            fails = judge(p, run(p, True))
+        for T, p, out in zip(Ts, problems, outputs or run_many(run, problems)):
+            fails = judge(p, out)
             if fails:
                 bad.append(_failed(f"T = {T}", fails))
         if bad:
@@ -484,11 +678,16 @@ def run_probes(run: Runner, regime: str, dims: Dims, seed: int, dtype: str, judg
                chunk_size: int | None = None, family: Family = GATED,
                which=PROBES) -> list[ProbeResult]:
     """Every probe in ``which`` on the problem (regime, dims, seed, dtype) of a row; ``judge``
-    the verdict for the probes that judge (cotangents, chunk_sweep)."""
+    the verdict for the probes that judge (cotangents, chunk_sweep). The problem is made as the
+    audit makes the row's, so a runner holding the row's compiled program
+    (:meth:`JaxProbeRunner.use_row`) runs determinism, causality and cotangents without
+    compiling; causality and packed share one packed problem (:class:`Packing`)."""
     for w in which:
         if w not in PROBES:
             raise ValueError(f"probes: got {w!r}, expected names from {PROBES}")
     p = family.make(regime, dims, seed, dtype)
+    packing = Packing(run, regime, dims, seed, dtype, family)
+    sweep = _together(run, packing, regime, dims, seed, dtype, family, chunk_size, which)
     out = []
     unstable = None       # bit-identity cannot be judged when two runs already differ
     for w in which:
@@ -499,12 +698,34 @@ def run_probes(run: Runner, regime: str, dims: Dims, seed: int, dtype: str, judg
         elif w in ("causality", "packed") and unstable:
             out.append(ProbeResult(w, None, unstable))
         elif w == "causality":
-            out.append(causality(run, p, family, dtype=dtype, seed=seed, chunk_size=chunk_size))
+            out.append(causality(run, p, family, dtype=dtype, seed=seed, chunk_size=chunk_size,
+                                 packing=packing))
         elif w == "packed":
-            out.append(packed(run, regime, dims, seed, dtype, family))
+            out.append(packed(run, regime, dims, seed, dtype, family, packing=packing))
         elif w == "cotangents":
             out.append(cotangents(run, p, judge, family))
         else:
             out.append(chunk_sweep(run, regime, dims, seed, dtype, judge, chunk_size=chunk_size,
-                                   family=family))
+                                   family=family, outputs=sweep))
     return out
+
+
+def _together(run: Runner, packing: Packing, regime: str, dims: Dims, seed: int, dtype: str,
+              family: Family, chunk_size: int | None, which) -> list | None:
+    """The shapes the probes need beyond the row's, compiled as one program when the runner can
+    (``many``): the packed problem and the chunk sweep's. Gives the packed outputs to
+    ``packing`` and returns the sweep's (None when not run together: each probe then runs its
+    own, and reports its own failure)."""
+    if getattr(run, "many", None) is None or "chunk_sweep" not in which \
+            or not {"causality", "packed"} & set(which):
+        return None
+    sweep = [family.make(regime, sweep_dims(dims, T), seed, dtype)
+             for T in sweep_lengths(chunk_size)]
+    for padded in packing.options():
+        try:
+            got = run.many([packing.problem(padded)] + sweep)
+        except KernelFailed:
+            continue
+        packing.give(padded, got[0])
+        return got[1:]
+    return None

@@ -62,7 +62,13 @@ PROBE_DOCS = {
                         "of o's elements flips at random (within every tolerance)",
     "reads_ahead": "the in-chunk causal mask one step wide: o_t reads k_{t+1}, v_{t+1}",
     "packed_leak": "packed sequences run as one: the state is not reset at sequence starts",
+    "state_reads_ahead": "each packed sequence's final state takes in the step after its end "
+                         "(k_e^T v_e at its end offset e < T): the future in the state only",
 }
+
+# the probe each probe mutant fails (tests/test_probes.py, tools/where_table.py)
+PROBE_EXPECTED = {"nondeterministic": "determinism", "reads_ahead": "causality",
+                  "packed_leak": "packed", "state_reads_ahead": "causality"}
 
 
 @dataclass(frozen=True)
@@ -334,6 +340,25 @@ def _packed_leak(q, k, v, log_alpha, h0, cu_seqlens=None):
     return o, jnp.stack(h_T)
 
 
+def _state_reads_ahead(q, k, v, log_alpha, h0, cu_seqlens=None):
+    """glaref.kernels.chunked (C = 16), but with packed sequences the final state of each one
+    adds k_e^T v_e, the step right after its end e (when e < T): every output right, unpacked
+    (no step after T) the kernel is correct, and only the states see the future."""
+    import jax.numpy as jnp
+
+    from glaref import kernels
+
+    run = functools.partial(kernels.chunked, chunk_size=BASE_CHUNK, return_final_state=True)
+    if cu_seqlens is None:
+        return run(q, k, v, log_alpha, h0)
+    o, h_T = run(q, k, v, log_alpha, h0, cu_seqlens=cu_seqlens)
+    T, H = q.shape[2], v.shape[1]
+    kh = jnp.repeat(k, H // k.shape[1], axis=1)
+    ahead = [kh[0, :, e, :, None] * v[0, :, e, None, :] if e < T else jnp.zeros_like(h_T[0])
+             for e in (int(c) for c in cu_seqlens[1:])]
+    return o, h_T + jnp.stack(ahead).astype(h_T.dtype)
+
+
 def _named(table: dict[str, Callable], docs: dict[str, str]) -> dict[str, Callable]:
     for _name, _fn in table.items():
         _fn.__doc__ = docs[_name]
@@ -353,6 +378,6 @@ PATTERN_MUTANTS: dict[str, Callable] = _named({
     "dv_tile": _dv_tile}, PATTERN_DOCS)
 PROBE_MUTANTS: dict[str, Callable] = _named({
     "nondeterministic": _nondeterministic, "reads_ahead": _flagged("reads_ahead"),
-    "packed_leak": _packed_leak}, PROBE_DOCS)
+    "packed_leak": _packed_leak, "state_reads_ahead": _state_reads_ahead}, PROBE_DOCS)
 # chunk size each mutant's bound is computed with (all are chunked kernels built on ``base``)
 MUTANT_CHUNK = BASE_CHUNK

@@ -123,9 +123,32 @@ def test_a_kernel_reading_one_step_ahead_fails_causality():
 @pytest.mark.jax
 def test_packed_sequences_that_leak_fail_isolation():
     r = _probes.packed(_jax("packed_leak"), "standard", DIMS, 0, "float32")
-    assert r.passed is False and "changed other sequences' outputs" in r.detail
+    # sequence 1 is [10, 21): its state reaches sequence 2, which starts at t = 21
+    assert r.passed is False and "changed the others' outputs: o at (0, 0, 21, 0)" in r.detail
     ok = _probes.packed(_jax("scan"), "standard", DIMS, 0, "float32")
     assert ok.passed is True, ok.detail
+
+
+@pytest.mark.jax
+def test_a_state_that_reads_past_its_sequence_fails_causality():
+    """The future leaks into the final states only (outputs right): causality sees h_T[1], the
+    state at P = 21 of the packing [0, 10, 21, 40], change with the inputs at t >= 21."""
+    run = _jax("state_reads_ahead")
+    p = _problem()
+    r = _probes.causality(run, p, packing=_probes.Packing(run, "standard", DIMS, 0, "float32"))
+    assert r.passed is False and "h_T at (1, 0, 0, 0) (packed at offsets [0, 10, 21, 40]" \
+        in r.detail, r.detail
+    # unpacked, the same kernel is right: o and dq at t < 21 see nothing of the future
+    assert _probes.causality(run, p).passed is True
+
+
+@pytest.mark.jax
+@pytest.mark.slow
+def test_a_correct_packed_kernel_passes_causality_with_its_states_seen_whole():
+    p = _problem()
+    ok = _probes.causality(_jax("scan"), p, packing=_probes.Packing(_jax("scan"), "standard",
+                                                                      DIMS, 0, "float32"))
+    assert ok.passed is True and "h_T[0], h_T[1] = h_21 included" in ok.detail, ok.detail
 
 
 @pytest.mark.jax
@@ -138,8 +161,9 @@ def test_a_kernel_without_packed_sequences_is_not_applicable():
 @pytest.mark.slow
 @pytest.mark.parametrize("regime", ["standard", "strong_decay"])
 def test_probe_mutants_fail_their_probe_in_both_regimes(regime):
-    want = {"nondeterministic": "determinism", "reads_ahead": "causality", "packed_leak": "packed"}
-    for name, probe in want.items():
+    import mutants
+
+    for name, probe in mutants.PROBE_EXPECTED.items():
         judge = _probes.verdict_judge(chunk_size=C)
         results = {r.probe: r for r in _probes.run_probes(_jax(name), regime, DIMS, 0, "float32",
                                                           judge, chunk_size=C)}

@@ -26,7 +26,7 @@ claims once (``glaref._claims.parse``) and the rows once (``_args.rows``), then 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from .. import _claims, _verdict
@@ -110,6 +110,9 @@ class _Audit:
     claims: Claims
     host: int | None
     probes: tuple[str, ...] = ()     # glaref._probes.PROBES to run on every fwd_bwd row
+    # the probes' runner of each JAX kernel (by id of its Subject), kept for the whole audit so
+    # that its compiled programs serve every row
+    probe_runners: dict = field(default_factory=dict, compare=False)
 
 
 def run_rows(a: _Audit, sink: _Sink) -> list[dict[str, Any]]:
@@ -147,7 +150,7 @@ def _problem_rows(a: _Audit, sink: _Sink, regime: str, cname: str, dims: Dims) -
                 m = a.runner.measure(subject, mode, truth, prepared)
                 rec = _records.record(subject, where, a.rows, truth, m)
                 if a.probes and m.mode == "fwd_bwd" and m.failure is None:
-                    rec = _records.add_probes(rec, _probe(a, subject, where, m))
+                    rec = _records.add_probes(rec, _probe(a, subject, where, m, problem))
                 sink.add(rec)
     except NonFiniteError as exc:
         # the oracle's own results overflow (the regimes' inputs are moderate: an extreme scale):
@@ -155,14 +158,20 @@ def _problem_rows(a: _Audit, sink: _Sink, regime: str, cname: str, dims: Dims) -
         raise AuditUsageError(str(exc)) from None
 
 
-def _probe(a: _Audit, subject: Subject, where: _records.Where, m) -> list:
+def _probe(a: _Audit, subject: Subject, where: _records.Where, m, problem) -> list:
     """The probes ``a.probes`` on one row's kernel and problem (glaref._probes), run through a
-    runner of the kernel's framework and judged with its claims."""
+    runner of the kernel's framework (for JAX, one per kernel for the whole audit, given the
+    row's compiled program for the row's shape: ``problem``) and judged with its claims."""
     from .. import _probes
 
     r = a.runner
     if isinstance(r, JaxRunner):
-        run = _probes.jax_runner(subject.fn, r.dtype, layout=r.layout, scale=None)
+        run = a.probe_runners.get(id(subject))
+        if run is None:
+            run = a.probe_runners[id(subject)] = _probes.jax_runner(subject.fn, r.dtype,
+                                                                    layout=r.layout, scale=None)
+        if m.program is not None:          # the row's compiled program serves its own shape
+            run.use_row(problem, *m.program)
     else:
         run = _probes.kernel_runner(subject.fn, r.dtype, layout=r.layout, scale=r.scale,
                                     framework=r.framework, device=r.device)

@@ -468,7 +468,9 @@ def _where_panel(ax, r: dict[str, Any], name: str) -> None:
     ax.set_xlabel("t" + (f" (chunks of {C}{', inferred' if p.get('chunk_inferred') else ''})"
                          if C else ""))
     label = name if name in FORWARD else f"{name} (gradient)"
-    ax.set_title(f"{short_name(r['impl'], 24)} T={r['seq']}: {label} per step (budget units)", fontsize=8)
+    regime = f" {r['regime']}" if r.get("regime") else ""
+    ax.set_title(f"{short_name(r['impl'], 24)} T={r['seq']}{regime}: {label} per step (budget units)",
+                 fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
 
 

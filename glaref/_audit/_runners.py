@@ -59,6 +59,7 @@ class Measured:
     traceback: str | None = None
     declined: bool = False
     truth: _judge.Truth | None = None
+    program: tuple | None = None      # fwd_bwd: (compiled program, its arguments' dtypes)
 
 
 def raised(exc: BaseException) -> str:
@@ -171,6 +172,8 @@ class JaxRunner:
                 m.declined = True
                 return m
             first, timing = _timing.time_calls(compiled, args, self.repeats)
+            if mode == "fwd_bwd":           # the probes (glaref._probes) run it again
+                m.program = (compiled, tuple(np.dtype(x.dtype) for x in args))
             del compiled
             m.fields.update(timing)
             if mode == "fwd_bwd":
