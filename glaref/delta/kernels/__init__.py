@@ -18,7 +18,7 @@ docs/math_delta.md section 2, written out, recomputing states from checkpoints (
 ``chunked`` is the WY / UT chunked form the field ships (docs/math_delta.md section 6): a unit
 lower triangular system per chunk, states passed between chunks; its backward is the per-chunk
 vjp of the chunk function, states recomputed (``_chunked``). Neither keeps anything between the
-forward and the backward but the inputs (cast to the compute dtype and grouped).
+forward and the backward but the inputs themselves.
 
 Dtypes, as ``glaref.kernels``: the compute dtype is the promotion of all inputs, at least
 float32 (16-bit inputs are upcast on entry); o comes back in the promotion of q, k and v, each

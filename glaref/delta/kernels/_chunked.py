@@ -25,7 +25,7 @@ chunk, b_i - b_j = sum_{j < s <= i} log_alpha_s summed directly (``glaref.kernel
 the scalar gate; a (C, C, C) 0/1 contraction for the vector gate), never exp(b_i) / exp(b_j), so
 strong decay underflows instead of overflowing; the masked entries never reach exp.
 
-Backward (``jax.custom_vjp``): nothing is saved from the forward but the grouped inputs. One
+Backward (``jax.custom_vjp``): nothing is saved from the forward but the inputs themselves. One
 forward sweep recomputes the chunk states S_0..S_{N-1}; a reverse sweep over chunks then applies,
 per chunk, the vjp of the chunk function (q, k, v, beta, log_alpha, S) -> (o, S_next) above, taken
 by ``jax.vjp`` of that chunk alone (through the triangular solve) with the cotangents
@@ -37,7 +37,6 @@ and one chunk's intermediates at a time (for a vector gate, the (C, C, dk) decay
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 
 import jax
@@ -49,13 +48,6 @@ from ...kernels import _common as kc
 from ...kernels._chunked import _decays
 from ...kernels._chunks import _GATE_PRECISION, _chunk, _put
 from . import _common as c
-
-
-@dataclass(frozen=True)
-class _Config:
-    chunk_size: int
-    precision: object
-    scale: float
 
 
 def _vector_decays(la):
@@ -77,7 +69,7 @@ def _vector_decays(la):
     return jnp.exp(b), jnp.exp(rest), jnp.exp(b[..., -1, :]), E
 
 
-def _chunk_fn(cfg: _Config, q, k, v, beta, la, S, *, outputs: bool = True):
+def _chunk_fn(cfg: c.Config, q, k, v, beta, la, S, *, outputs: bool = True):
     """One chunk: (o * scale, S_next), or S_next alone. q, k (B, G, C, dk); v (B, G, R, C, dv);
     beta (B, G, R, C); la (B, G, R, C[, dk]); S (B, G, R, dk, dv)."""
     ein = partial(jnp.einsum, precision=cfg.precision)
@@ -111,10 +103,10 @@ def _chunk_fn(cfg: _Config, q, k, v, beta, la, S, *, outputs: bool = True):
     return o * cfg.scale, S_next
 
 
-def _sweep(cfg: _Config, Q, K, V, BT, LA, S0, *, outputs: bool):
+def _sweep(cfg: c.Config, Q, K, V, BT, LA, S0, *, outputs: bool):
     """outputs=True: (O (B, G, R, Tp, dv), h_T); False: (states (N, B, G, R, dk, dv), h_T), the
     state before each chunk."""
-    C = cfg.chunk_size
+    C = cfg.steps
     N = Q.shape[2] // C
 
     def body(n, carry):
@@ -131,19 +123,9 @@ def _sweep(cfg: _Config, Q, K, V, BT, LA, S0, *, outputs: bool):
     return out, h_T
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _core(cfg, q, k, v, beta, la, S0):
-    return _sweep(cfg, q, k, v, beta, la, S0, outputs=True)
-
-
-def _core_fwd(cfg, q, k, v, beta, la, S0):
-    return _sweep(cfg, q, k, v, beta, la, S0, outputs=True), (q, k, v, beta, la, S0)
-
-
-def _core_bwd(cfg, res, cts):
-    Q, K, V, BT, LA, S0 = res
-    dO, dh_T = cts
-    C = cfg.chunk_size
+def _backward(cfg: c.Config, Q, K, V, BT, LA, S0, dO, dh_T):
+    """The grouped, padded (dq, dk, dv, dbeta, dlog_alpha, dS0) (``_common.residual_free``)."""
+    C = cfg.steps
     N = Q.shape[2] // C
     states, _ = _sweep(cfg, Q, K, V, BT, LA, S0, outputs=False)
 
@@ -162,7 +144,7 @@ def _core_bwd(cfg, res, cts):
     return dQ, dK, dV, dB, dLA, dS0
 
 
-_core.defvjp(_core_fwd, _core_bwd)
+_core = c.residual_free(partial(_sweep, outputs=True), _backward)
 
 
 def chunked(q, k, v, beta, log_alpha, h0=None, *, chunk_size: int = 64, layout: str = "bhtd",
@@ -202,7 +184,6 @@ def chunked(q, k, v, beta, log_alpha, h0=None, *, chunk_size: int = 64, layout: 
                             return_final_state=return_final_state, chunk_size=chunk_size,
                             scale=scale, precision=precision)
     B, G, H, T, dk, dv = c.check_inputs(q, k, v, beta, log_alpha, h0, layout)
-    cfg = _Config(int(chunk_size), kc.check_precision(precision), check_scale(scale))
-    o, h_T = c.run(_core, cfg, q, k, v, beta, log_alpha, h0, layout=layout, G=G,
-                   steps=cfg.chunk_size)
+    cfg = c.Config(int(chunk_size), layout, kc.check_precision(precision), check_scale(scale), G)
+    o, h_T = _core(cfg, q, k, v, beta, log_alpha, h0)
     return (o, h_T) if return_final_state else o

@@ -11,13 +11,17 @@ Inside the kernels every array is "bhtd" with the heads split into (group, head 
                (B, G, R, T, dk)       vector gate (KDA)
     h0, h_T    (B, G, R, dk, dv)
 
-The layout change, the dtype change and the zero padding of the time axis are plain JAX
-operations outside each kernel's ``jax.custom_vjp`` core: jax.vjp transposes them (a reshape, a
-transpose, a cast, a slice), and the core sees and keeps only grouped arrays.
+Each kernel is a ``jax.custom_vjp`` (``residual_free``) whose residuals are the caller's inputs
+themselves: the forward and the backward each group, cast and pad them (``prepare``), and the
+gradients go back to the caller's layout and dtypes at the end of the backward.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -66,17 +70,67 @@ def pad(q, k, v, beta, log_alpha, Tp: int):
             kc.pad_time(beta, 3, Tp), kc.pad_time(log_alpha, 3, Tp))
 
 
-def run(core, cfg, q, k, v, beta, log_alpha, h0, *, layout: str, G: int, steps: int):
-    """(o, h_T) in the caller's layout: the inputs grouped, cast and padded to a multiple of
-    ``steps`` (at least one block), ``core(cfg, q, k, v, beta, log_alpha, S0) -> (O, h_T)``
-    on them, and o cut back to T steps."""
+@dataclass(frozen=True)
+class Config:
+    """A kernel's static configuration: ``steps`` (the scan's checkpoint block, the chunked
+    kernel's chunk size: T is padded to a multiple of it), layout, precision, scale, G."""
+
+    steps: int
+    layout: str
+    precision: object
+    scale: float
+    G: int
+
+
+def prepare(cfg: Config, q, k, v, beta, log_alpha, h0):
+    """The inputs grouped, in the compute dtype, padded to a multiple of ``cfg.steps`` (at least
+    one block): (q, k, v, beta, log_alpha, S0, T, compute dtype, output dtype)."""
     cdt, odt = dtypes(q, k, v, beta, log_alpha, h0)
-    qg, kg, vg, bg, lag, S0 = to_grouped(q, k, v, beta, log_alpha, h0, G, layout, cdt)
+    qg, kg, vg, bg, lag, S0 = to_grouped(q, k, v, beta, log_alpha, h0, cfg.G, cfg.layout, cdt)
     T = qg.shape[2]
-    Tp = max(-(-T // steps), 1) * steps
-    O, h_T = core(cfg, *pad(qg, kg, vg, bg, lag, Tp), S0)
-    o = kc.v_like_from_grouped(O[:, :, :, :T], layout).astype(odt)
-    return o, kc.state_from_grouped(h_T)
+    Tp = max(-(-T // cfg.steps), 1) * cfg.steps
+    return (*pad(qg, kg, vg, bg, lag, Tp), S0, T, cdt, odt)
+
+
+def residual_free(forward, backward):
+    """The ``jax.custom_vjp`` core (cfg, q, k, v, beta, log_alpha, h0) -> (o, h_T), in the
+    caller's layout and dtypes, of a kernel whose residuals are its inputs themselves.
+
+    ``forward(cfg, q, k, v, beta, log_alpha, S0) -> (O, h_T)`` and ``backward(cfg, q, k, v,
+    beta, log_alpha, S0, dO, dh_T) -> (dq, dk, dv, dbeta, dlog_alpha, dS0)`` work on the
+    grouped, padded arrays of ``prepare``; the backward prepares the inputs again."""
+
+    def run(cfg: Config, q, k, v, beta, log_alpha, h0):
+        *xs, T, _, odt = prepare(cfg, q, k, v, beta, log_alpha, h0)
+        O, h_T = forward(cfg, *xs)
+        o = kc.v_like_from_grouped(O[:, :, :, :T], cfg.layout).astype(odt)
+        return o, kc.state_from_grouped(h_T)
+
+    @partial(jax.custom_vjp, nondiff_argnums=(0,))
+    def core(cfg: Config, q, k, v, beta, log_alpha, h0):
+        return run(cfg, q, k, v, beta, log_alpha, h0)
+
+    def fwd(cfg: Config, q, k, v, beta, log_alpha, h0):
+        return run(cfg, q, k, v, beta, log_alpha, h0), (q, k, v, beta, log_alpha, h0)
+
+    def bwd(cfg: Config, res, cts):
+        q, k, v, beta, log_alpha, h0 = res
+        *xs, T, cdt, _ = prepare(cfg, q, k, v, beta, log_alpha, h0)
+        do, dh_T = cts
+        S0 = xs[-1]
+        dO = kc.pad_time(kc.v_like_to_grouped(do, cfg.G, cfg.layout, cdt), 3, xs[0].shape[2])
+        dS = dh_T.astype(cdt).reshape(S0.shape)
+        dq, dk, dv, db, dla, dS0 = backward(cfg, *xs, dO, dS)
+        lay = cfg.layout
+        return (kc.qk_from_canonical(dq[:, :, :T], lay).astype(q.dtype),
+                kc.qk_from_canonical(dk[:, :, :T], lay).astype(k.dtype),
+                kc.v_like_from_grouped(dv[:, :, :, :T], lay).astype(v.dtype),
+                kc.gate_from_grouped(db[:, :, :, :T], lay).astype(beta.dtype),
+                kc.gate_from_grouped(dla[:, :, :, :T], lay).astype(log_alpha.dtype),
+                None if h0 is None else kc.state_from_grouped(dS0).astype(h0.dtype))
+
+    core.defvjp(fwd, bwd)
+    return core
 
 
 def run_packed(fn, cu: np.ndarray, q, k, v, beta, log_alpha, h0, *, layout: str,

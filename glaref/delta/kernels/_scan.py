@@ -14,7 +14,7 @@ Backward, with C_t = dL/dS_t from the later steps (C_T = dh_T):
     C_{t-1}      = A_t dS~_t                       dh0 = C_0
 
 dq and dk are summed over the heads of a group. Nothing is saved from the forward but the
-(grouped) inputs. The backward first sweeps forward again keeping one state every n steps
+inputs themselves. The backward first sweeps forward again keeping one state every n steps
 (n = ``checkpoint_every``, by default ceil(sqrt(T))), then walks the blocks of n steps in reverse:
 it recomputes the n states of a block from the block's checkpoint and runs the adjoint over them.
 A step is never inverted (I - beta k k^T is singular at beta |k|^2 = 1). Memory: B*H*(T/n + n)
@@ -24,7 +24,6 @@ states of dk*dv numbers during the backward, none between the forward and the ba
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import partial
 
 import jax
@@ -34,13 +33,6 @@ from jax import lax
 from ..._inputs import check_scale
 from ...kernels import _common as kc
 from . import _common as c
-
-
-@dataclass(frozen=True)
-class _Config:
-    block: int          # steps per checkpoint block of the backward
-    precision: object
-    scale: float
 
 
 def _ein(cfg):
@@ -85,20 +77,10 @@ def _forward(cfg, q, k, v, beta, la, S0):
     return jnp.moveaxis(O, 0, 3), h_T
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _core(cfg, q, k, v, beta, la, S0):
-    return _forward(cfg, q, k, v, beta, la, S0)
-
-
-def _core_fwd(cfg, q, k, v, beta, la, S0):
-    return _forward(cfg, q, k, v, beta, la, S0), (q, k, v, beta, la, S0)
-
-
-def _core_bwd(cfg, res, cts):
-    q, k, v, beta, la, S0 = res
-    dO, dh_T = cts
+def _backward(cfg, q, k, v, beta, la, S0, dO, dh_T):
+    """The grouped, padded (dq, dk, dv, dbeta, dlog_alpha, dS0) (``_common.residual_free``)."""
     ein = _ein(cfg)
-    n = cfg.block
+    n = cfg.steps
     xs = _blocks(_time_major(q, k, v, beta, la), n)
     dOs = _blocks(jnp.moveaxis(dO, 3, 0), n)
 
@@ -136,7 +118,7 @@ def _core_bwd(cfg, res, cts):
             jnp.moveaxis(dbeta, 0, 3), jnp.moveaxis(dla, 0, 3), dS0)
 
 
-_core.defvjp(_core_fwd, _core_bwd)
+_core = c.residual_free(_forward, _backward)
 
 
 def scan(q, k, v, beta, log_alpha, h0=None, *, layout: str = "bhtd", scale: float = 1.0,
@@ -164,6 +146,6 @@ def scan(q, k, v, beta, log_alpha, h0=None, *, layout: str = "bhtd", scale: floa
         raise ValueError(f"checkpoint_every: got {checkpoint_every!r}, expected None or a "
                          "positive int")
     n = checkpoint_every or max(1, math.isqrt(max(T - 1, 0)) + 1)
-    cfg = _Config(n, kc.check_precision(precision), check_scale(scale))
-    o, h_T = c.run(_core, cfg, q, k, v, beta, log_alpha, h0, layout=layout, G=G, steps=n)
+    cfg = c.Config(n, layout, kc.check_precision(precision), check_scale(scale), G)
+    o, h_T = _core(cfg, q, k, v, beta, log_alpha, h0)
     return (o, h_T) if return_final_state else o
