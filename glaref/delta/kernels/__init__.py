@@ -15,7 +15,7 @@ recurrence at each, with h0 and h_T (N, H, dk, dv), run as a batch of N padded r
 
 ``scan`` steps through time with ``lax.scan``; its backward is the reverse-time adjoint of
 docs/math_delta.md section 2, written out, recomputing states from checkpoints (``_scan``).
-``chunked`` is the WY / UT chunked form the field ships (docs/math_delta.md section 6): a unit
+``chunked`` is the WY / UT chunked form the field ships (docs/math_delta.md section 8): a unit
 lower triangular system per chunk, states passed between chunks; its backward is the per-chunk
 vjp of the chunk function, states recomputed (``_chunked``). Neither keeps anything between the
 forward and the backward but the inputs themselves.

@@ -9,8 +9,8 @@ the chunk's steps 0..i (a vector of dk numbers for a vector gate) and, for j <= 
     A_ij = sum_d q_i[d] k_j[d] E_ij[d]             (j <= i, else 0)
     L_ij = beta_i sum_d k_i[d] k_j[d] E_ij[d]      (j < i, else 0: strictly lower)
 
-the decay-first recurrence (docs/math_delta.md, section 1) unrolls to u_i = beta_i (v_i -
-(k_i o exp(b_i)) S - sum_{j < i} L_ij u_j / beta_i), a unit lower triangular system:
+the decay-first recurrence (docs/math_delta.md, section 1) unrolls, within the chunk, to
+u_i + sum_{j < i} L_ij u_j = beta_i (v_i - (k_i o exp(b_i)) S), a unit lower triangular system:
 
     (I + L) U = diag(beta) V - diag(beta) (K o exp(b)) S
 
@@ -20,7 +20,7 @@ so with T = (I + L)^-1 (formed by a unit lower triangular solve against I):
     O = scale * ( (Q o exp(b)) S + A U )
     S_next = exp(b_last) S + (K o exp(b_last - b))^T U          (diag(exp(b_last)) for vectors)
 
-(docs/math_delta.md, section 6). Every exponent is a sum of log gates over a segment inside one
+(docs/math_delta.md, section 8). Every exponent is a sum of log gates over a segment inside one
 chunk, b_i - b_j = sum_{j < s <= i} log_alpha_s summed directly (``glaref.kernels._chunked`` for
 the scalar gate; a (C, C, C) 0/1 contraction for the vector gate), never exp(b_i) / exp(b_j), so
 strong decay underflows instead of overflowing; the masked entries never reach exp.
