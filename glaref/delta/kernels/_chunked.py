@@ -46,7 +46,7 @@ from jax import lax
 from ..._inputs import check_scale
 from ...kernels import _common as kc
 from ...kernels._chunked import _decays
-from ...kernels._chunks import _GATE_PRECISION, _chunk, _put
+from ...kernels._chunks import _GATE_PRECISION
 from . import _common as c
 
 
@@ -69,82 +69,126 @@ def _vector_decays(la):
     return jnp.exp(b), jnp.exp(rest), jnp.exp(b[..., -1, :]), E
 
 
-def _chunk_fn(cfg: c.Config, q, k, v, beta, la, S, *, outputs: bool = True):
-    """One chunk: (o * scale, S_next), or S_next alone. q, k (B, G, C, dk); v (B, G, R, C, dv);
-    beta (B, G, R, C); la (B, G, R, C[, dk]); S (B, G, R, dk, dv)."""
-    ein = partial(jnp.einsum, precision=cfg.precision)
-    C = q.shape[2]
-    strict = jnp.arange(C)[:, None] > jnp.arange(C)[None, :]
-    if la.ndim == 4:                                      # scalar gate: E_ij = D_ij
-        eb, eb_rest, eb_last, D = _decays(la)
-        KG = k[:, :, None] * eb[..., None]                # k_i o exp(b_i), per head
-        KR = k[:, :, None] * eb_rest[..., None]           # k_j o exp(b_last - b_j)
-        QG = q[:, :, None] * eb[..., None]
-        Akk = ein("bgik,bgjk->bgij", k, k)[:, :, None] * D
-        Aqk = ein("bgik,bgjk->bgij", q, k)[:, :, None] * D
-        decay_S = eb_last[..., None, None] * S
-    else:                                                 # vector gate
-        eb, eb_rest, eb_last, E = _vector_decays(la)
-        KG, KR, QG = k[:, :, None] * eb, k[:, :, None] * eb_rest, q[:, :, None] * eb
-        Akk = ein("bgid,bgjd,bgrijd->bgrij", k, k, E)
-        Aqk = ein("bgid,bgjd,bgrijd->bgrij", q, k, E)
-        decay_S = eb_last[..., None] * S
-    L = jnp.where(strict, beta[..., :, None] * Akk, 0.0)
+def _unit_lower_inverse_rows(precision, L):
+    """(I + L)^-1 for strictly lower L (..., C, C), by forward substitution over the rows:
+    T[i] = e_i - sum_{j < i} L[i, j] T[j] (rows j >= i of T are still e_j, and L[i, j >= i] = 0)."""
+    C = L.shape[-1]
     eye = jnp.broadcast_to(jnp.eye(C, dtype=L.dtype), L.shape)
-    Tinv = lax.linalg.triangular_solve(jnp.eye(C, dtype=L.dtype) + L, eye, left_side=True,
-                                       lower=True, unit_diagonal=True)
-    W = ein("bgrij,bgrjk->bgrik", Tinv, beta[..., None] * KG)
-    U = (ein("bgrij,bgrjv->bgriv", Tinv, beta[..., None] * v)
-         - ein("bgrik,bgrkv->bgriv", W, S))
-    S_next = decay_S + ein("bgrjk,bgrjv->bgrkv", KR, U)
-    if not outputs:
-        return S_next
-    o = ein("bgrik,bgrkv->bgriv", QG, S) + ein("bgrij,bgrjv->bgriv", Aqk, U)
-    return o * cfg.scale, S_next
+
+    def row(i, T):
+        Li = lax.dynamic_index_in_dim(L, i, -2, keepdims=True)           # (..., 1, C)
+        Ti = lax.dynamic_index_in_dim(eye, i, -2, keepdims=True) - jnp.matmul(
+            Li, T, precision=precision)
+        return lax.dynamic_update_index_in_dim(T, Ti, i, -2)
+
+    return lax.fori_loop(1, C, row, eye)
 
 
-def _sweep(cfg: c.Config, Q, K, V, BT, LA, S0, *, outputs: bool):
-    """outputs=True: (O (B, G, R, Tp, dv), h_T); False: (states (N, B, G, R, dk, dv), h_T), the
-    state before each chunk."""
+@partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _unit_lower_inverse(precision, L):
+    """T = (I + L)^-1 for strictly lower L, with the vjp dL = strictly_lower(-T^T dT T^T)
+    (autodiff of the substitution loop would keep a copy of T per row)."""
+    return _unit_lower_inverse_rows(precision, L)
+
+
+def _inverse_fwd(precision, L):
+    T = _unit_lower_inverse_rows(precision, L)
+    return T, T
+
+
+def _inverse_bwd(precision, T, dT):
+    Tt = jnp.swapaxes(T, -1, -2)
+    dM = -jnp.matmul(jnp.matmul(Tt, dT, precision=precision), Tt, precision=precision)
+    C = T.shape[-1]
+    return (jnp.where(jnp.arange(C)[:, None] > jnp.arange(C)[None, :], dM, 0.0),)
+
+
+_unit_lower_inverse.defvjp(_inverse_fwd, _inverse_bwd)
+
+
+def _vector_pairs(cfg: c.Config, q, k, la):
+    """A and K-K products of every chunk for a vector gate, one chunk at a time (the (C, C, dk)
+    decays of one chunk only; recomputed in the backward, ``jax.checkpoint``).
+    q, k (B, G, N, C, dk); la (B, G, R, N, C, dk) -> (Aqk, Akk) (B, G, R, N, C, C)."""
+
+    @jax.checkpoint
+    def one(xs):
+        qn, kn, lan = xs                                   # (B,G,C,dk), (B,G,C,dk), (B,G,R,C,dk)
+        E = _vector_decays(lan)[3]
+        ein = partial(jnp.einsum, precision=cfg.precision)
+        return (ein("bgid,bgjd,bgrijd->bgrij", qn, kn, E),
+                ein("bgid,bgjd,bgrijd->bgrij", kn, kn, E))
+
+    Aqk, Akk = lax.map(one, (jnp.moveaxis(q, 2, 0), jnp.moveaxis(k, 2, 0), jnp.moveaxis(la, 3, 0)))
+    return jnp.moveaxis(Aqk, 0, 3), jnp.moveaxis(Akk, 0, 3)
+
+
+def _intra(cfg: c.Config, q, k, v, beta, la):
+    """Everything that does not depend on the state, for all chunks at once (chunk-major arrays:
+    q, k (B, G, N, C, dk); v (B, G, R, N, C, dv); beta (B, G, R, N, C); la (B, G, R, N, C[, dk])):
+    Q o exp(b), K o exp(b_last - b), exp(b_last), A, W and U~ (module docstring)."""
+    ein = partial(jnp.einsum, precision=cfg.precision)
+    C = q.shape[3]
+    qh, kh = q[:, :, None], k[:, :, None]                 # broadcast over the R heads
+    if la.ndim == 5:                                      # scalar gate: E_ij = D_ij
+        eb, eb_rest, eb_last, D = _decays(la)
+        eb, eb_rest = eb[..., None], eb_rest[..., None]
+        Akk = ein("bgnik,bgnjk->bgnij", k, k)[:, :, None] * D
+        Aqk = ein("bgnik,bgnjk->bgnij", q, k)[:, :, None] * D
+    else:                                                 # vector gate
+        b = jnp.einsum("...sd,si->...id", la, _incl(C, la.dtype), precision=_GATE_PRECISION)
+        rest = jnp.einsum("...sd,sj->...jd", la, _after(C, la.dtype), precision=_GATE_PRECISION)
+        eb, eb_rest, eb_last = jnp.exp(b), jnp.exp(rest), jnp.exp(b[..., -1, :])
+        Aqk, Akk = _vector_pairs(cfg, q, k, la)
+    strict = jnp.arange(C)[:, None] > jnp.arange(C)[None, :]
+    T = _unit_lower_inverse(cfg.precision, jnp.where(strict, beta[..., :, None] * Akk, 0.0))
+    W = ein("bgrnij,bgrnjk->bgrnik", T, beta[..., None] * (kh * eb))
+    U0 = ein("bgrnij,bgrnjv->bgrniv", T, beta[..., None] * v)
+    return qh * eb, kh * eb_rest, eb_last, Aqk, W, U0
+
+
+def _incl(C: int, dt):
+    i = jnp.arange(C)
+    return (i[:, None] <= i[None, :]).astype(dt)          # incl[s, i] = [s <= i]
+
+
+def _after(C: int, dt):
+    i = jnp.arange(C)
+    return (i[:, None] > i[None, :]).astype(dt)           # after[s, j] = [s > j]
+
+
+def _forward(cfg: c.Config, Q, K, V, BT, LA, S0):
+    """(O (B, G, R, Tp, dv), h_T) from the grouped arrays padded to N chunks of C steps."""
+    ein = partial(jnp.einsum, precision=cfg.precision)
     C = cfg.steps
-    N = Q.shape[2] // C
+    B, G, R, Tp, dv = V.shape
+    N = Tp // C
+    split = lambda x, ax: x.reshape(x.shape[:ax] + (N, C) + x.shape[ax + 1:])  # noqa: E731
+    QG, KR, eb_last, Aqk, W, U0 = _intra(cfg, split(Q, 2), split(K, 2), split(V, 3), split(BT, 3),
+                                         split(LA, 3))
+    vector = LA.ndim == 5
 
-    def body(n, carry):
-        S, buf = carry
-        args = (_chunk(Q, n, C, 2), _chunk(K, n, C, 2), _chunk(V, n, C, 3), _chunk(BT, n, C, 3),
-                _chunk(LA, n, C, 3), S)
-        if outputs:
-            o, S_next = _chunk_fn(cfg, *args)
-            return S_next, _put(buf, o, n, C, 3)
-        return _chunk_fn(cfg, *args, outputs=False), lax.dynamic_update_index_in_dim(buf, S, n, 0)
+    def step(S, xs):
+        qg, kr, el, a, w, u0 = xs
+        U = u0 - ein("bgrik,bgrkv->bgriv", w, S)
+        o = ein("bgrik,bgrkv->bgriv", qg, S) + ein("bgrij,bgrjv->bgriv", a, U)
+        decay = el[..., None] if vector else el[..., None, None]
+        return decay * S + ein("bgrjk,bgrjv->bgrkv", kr, U), o * cfg.scale
 
-    buf = jnp.zeros(V.shape if outputs else (N,) + S0.shape, S0.dtype)
-    h_T, out = lax.fori_loop(0, N, body, (S0, buf))
-    return out, h_T
+    xs = tuple(jnp.moveaxis(x, 3, 0) for x in (QG, KR, eb_last, Aqk, W, U0))
+    h_T, O = lax.scan(step, S0, xs)
+    return jnp.moveaxis(O, 0, 3).reshape(B, G, R, Tp, dv), h_T
 
 
 def _backward(cfg: c.Config, Q, K, V, BT, LA, S0, dO, dh_T):
-    """The grouped, padded (dq, dk, dv, dbeta, dlog_alpha, dS0) (``_common.residual_free``)."""
-    C = cfg.steps
-    N = Q.shape[2] // C
-    states, _ = _sweep(cfg, Q, K, V, BT, LA, S0, outputs=False)
-
-    def body(j, carry):
-        dS, dQ, dK, dV, dB, dLA = carry
-        n = N - 1 - j
-        args = (_chunk(Q, n, C, 2), _chunk(K, n, C, 2), _chunk(V, n, C, 3), _chunk(BT, n, C, 3),
-                _chunk(LA, n, C, 3), lax.dynamic_index_in_dim(states, n, 0, keepdims=False))
-        _, pull = jax.vjp(partial(_chunk_fn, cfg), *args)
-        dq, dk, dv, db, dla, dS_prev = pull((_chunk(dO, n, C, 3), dS))
-        return (dS_prev, _put(dQ, dq, n, C, 2), _put(dK, dk, n, C, 2), _put(dV, dv, n, C, 3),
-                _put(dB, db, n, C, 3), _put(dLA, dla, n, C, 3))
-
-    zeros = [jnp.zeros_like(x) for x in (Q, K, V, BT, LA)]
-    dS0, dQ, dK, dV, dB, dLA = lax.fori_loop(0, N, body, (dh_T, *zeros))
+    """The grouped, padded gradients (``_common.residual_free``): JAX's autodiff of the chunked
+    forward, recomputed here from the inputs."""
+    _, pull = jax.vjp(partial(_forward, cfg), Q, K, V, BT, LA, S0)
+    dQ, dK, dV, dB, dLA, dS0 = pull((dO, dh_T))
     return dQ, dK, dV, dB, dLA, dS0
 
 
-_core = c.residual_free(partial(_sweep, outputs=True), _backward)
+_core = c.residual_free(_forward, _backward)
 
 
 def chunked(q, k, v, beta, log_alpha, h0=None, *, chunk_size: int = 64, layout: str = "bhtd",
