@@ -16,14 +16,15 @@ recurrence at each, with h0 and h_T (N, H, dk, dv), run as a batch of N padded r
 ``scan`` steps through time with ``lax.scan``; its backward is the reverse-time adjoint of
 docs/math_delta.md section 2, written out, recomputing states from checkpoints (``_scan``).
 ``chunked`` is the WY / UT chunked form the field ships (docs/math_delta.md section 8): a unit
-lower triangular system per chunk, states passed between chunks; its backward is the per-chunk
-vjp of the chunk function, states recomputed (``_chunked``). Neither keeps anything between the
-forward and the backward but the inputs themselves.
+lower triangular system per chunk, solved for every chunk at once, states passed between chunks;
+its backward is JAX's autodiff of that forward, recomputed from the inputs, with the inverse's
+vjp written out (``_chunked``). Neither keeps anything between the forward and the backward but
+the inputs themselves.
 
 Dtypes, as ``glaref.kernels``: the compute dtype is the promotion of all inputs, at least
 float32 (16-bit inputs are upcast on entry); o comes back in the promotion of q, k and v, each
 gradient in its input's dtype, h_T in the compute dtype. ``precision`` reaches every matmul of
-the data (the gate sums always run at HIGHEST); the triangular solve takes none.
+the data, the triangular inverse's included (the gate sums always run at HIGHEST).
 """
 
 from __future__ import annotations

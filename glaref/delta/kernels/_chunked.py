@@ -1,5 +1,5 @@
-"""The chunked kernel in the WY / UT form: chunk-parallel within a chunk, states passed between
-chunks, and a residual-free ``jax.custom_vjp`` made of per-chunk vjps.
+"""The chunked kernel in the WY / UT form: everything that does not depend on the state computed
+for all chunks at once, then the states passed from chunk to chunk.
 
 Within chunk n (C steps; the last one zero-padded with beta = 0, which changes nothing), per head,
 with S the state before the chunk, rows q_i, k_i (dk), v_i (dv), b_i the cumulative log gate of
@@ -14,7 +14,8 @@ u_i + sum_{j < i} L_ij u_j = beta_i (v_i - (k_i o exp(b_i)) S), a unit lower tri
 
     (I + L) U = diag(beta) V - diag(beta) (K o exp(b)) S
 
-so with T = (I + L)^-1 (formed by a unit lower triangular solve against I):
+so with T = (I + L)^-1 (formed row by row by forward substitution, T_i = e_i - sum_{j<i}
+L_ij T_j, as the field's kernels do):
 
     W = T diag(beta) (K o exp(b))        U~ = T diag(beta) V        U = U~ - W S
     O = scale * ( (Q o exp(b)) S + A U )
@@ -25,14 +26,19 @@ chunk, b_i - b_j = sum_{j < s <= i} log_alpha_s summed directly (``glaref.kernel
 the scalar gate; a (C, C, C) 0/1 contraction for the vector gate), never exp(b_i) / exp(b_j), so
 strong decay underflows instead of overflowing; the masked entries never reach exp.
 
-Backward (``jax.custom_vjp``): nothing is saved from the forward but the inputs themselves. One
-forward sweep recomputes the chunk states S_0..S_{N-1}; a reverse sweep over chunks then applies,
-per chunk, the vjp of the chunk function (q, k, v, beta, log_alpha, S) -> (o, S_next) above, taken
-by ``jax.vjp`` of that chunk alone (through the triangular solve) with the cotangents
-(do, dS_next); its dS is carried to the previous chunk and dh0 = dS_0. The gradients are thereby
-those of autodiff of the chunk function, in the direct form (dlog_alpha as the derivative of the
-decay factors, no reverse cumulative sum). Memory: the N chunk states between the two sweeps,
-and one chunk's intermediates at a time (for a vector gate, the (C, C, dk) decays of a chunk).
+Two phases: T, W, U~, A, Q o exp(b) and K o exp(b_last - b) of every chunk at once (batched
+over chunks; a vector gate's (C, C, dk) decays one chunk at a time), then a ``lax.scan`` over
+the chunks for U = U~ - W S, o and S_next.
+
+Backward (``jax.custom_vjp``): nothing is saved from the forward but the inputs themselves. The
+backward recomputes the forward from them and differentiates it with JAX's autodiff (through
+the scan over chunks), except for two hand-written pieces: the inverse T, whose vjp is
+dL = strictly_lower(-T^T dT T^T) (autodiff of the substitution loop would keep a copy of T per
+row), and the vector gate's decays, recomputed per chunk (``jax.checkpoint``). The gradients
+are exact derivatives of the chunked formulas, in the direct form (dlog_alpha from the decay
+factors themselves, no reverse cumulative sum). Memory during the backward: per chunk the state,
+T, A, W, U~ and U (B*H*(T/C)*dk*dv + B*H*T*(2C + 2dk + 2dv) numbers); nothing between the
+forward and the backward.
 """
 
 from __future__ import annotations
