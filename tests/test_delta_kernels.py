@@ -116,15 +116,16 @@ def test_float64_matches_oracle(kname, name, dims, kw, with_h0):
     assert_within(errs, tol("delta_kernel_f64"), f"{kname} float64 {name}")
 
 
-F32_CASES = [
-    ("g2h4_beta2", (1, 2, 4, 37, 8, 6), {"beta_max": 2.0}),
-    ("vector_l2", (1, 1, 2, 37, 8, 6), {"vector": True, "l2": True}),
-    ("vector_strong", (1, 1, 2, 37, 8, 8), {"vector": True, "gates": "strong"}),
-    ("deltanet_l2", (1, 1, 2, 37, 8, 8), {"gates": "zero", "l2": True}),
-]
+SLOW = pytest.mark.slow
+F32_CASES = [pytest.param(name, dims, kw, id=name, marks=marks) for name, dims, kw, marks in [
+    ("g2h4_beta2", (1, 2, 4, 37, 8, 6), {"beta_max": 2.0}, ()),
+    ("vector_strong", (1, 1, 2, 37, 8, 8), {"vector": True, "gates": "strong"}, ()),
+    ("vector_l2", (1, 1, 2, 37, 8, 6), {"vector": True, "l2": True}, SLOW),
+    ("deltanet_l2", (1, 1, 2, 37, 8, 8), {"gates": "zero", "l2": True}, SLOW),
+]]
 
 
-@pytest.mark.parametrize("name,dims,kw", F32_CASES, ids=[c[0] for c in F32_CASES])
+@pytest.mark.parametrize("name,dims,kw", F32_CASES)
 @pytest.mark.parametrize("kname", ["scan", "chunked"])
 def test_float32_error_is_float32_size(kname, name, dims, kw):
     x, cot = rounded(*make_case(*dims, **kw), np.float32)
@@ -134,7 +135,7 @@ def test_float32_error_is_float32_size(kname, name, dims, kw):
                   f"{kname} float32 {name}")
 
 
-@pytest.mark.parametrize("C", [1, 7, 64])
+@pytest.mark.parametrize("C", [1, 7, pytest.param(64, marks=pytest.mark.slow)])
 def test_chunk_sizes(C):
     """One step per chunk, a chunk size not dividing T, one chunk longer than T."""
     x, cot = make_case(1, 1, 2, 23, 3, 4, vector=C == 7, beta_max=2.0)
@@ -143,7 +144,8 @@ def test_chunk_sizes(C):
     assert_within(errors(got, oracle(x, cot)), tol("delta_kernel_f64"), f"chunked C={C}")
 
 
-@pytest.mark.parametrize("n", [1, 5, 23])
+@pytest.mark.parametrize("n", [pytest.param(1, marks=pytest.mark.slow), 5,
+                               pytest.param(23, marks=pytest.mark.slow)])
 def test_scan_checkpoint_every(n):
     x, cot = make_case(1, 1, 2, 23, 3, 4, beta_max=2.0)
     with x64_scope():
