@@ -52,6 +52,7 @@ from jax import lax
 from ..._inputs import check_scale
 from ...kernels import _common as kc
 from ...kernels._chunked import _decays
+from ...kernels._chunked_vector import sub_chunk
 from ...kernels._chunks import _GATE_PRECISION
 from . import _common as c
 
@@ -75,19 +76,44 @@ def _vector_decays(la):
     return jnp.exp(b), jnp.exp(rest), jnp.exp(b[..., -1, :]), E
 
 
-def _unit_lower_inverse_rows(precision, L):
-    """(I + L)^-1 for strictly lower L (..., C, C), by forward substitution over the rows:
+def _substitute(precision, L):
+    """(I + L)^-1 for strictly lower L (..., b, b), by forward substitution over the rows:
     T[i] = e_i - sum_{j < i} L[i, j] T[j] (rows j >= i of T are still e_j, and L[i, j >= i] = 0)."""
-    C = L.shape[-1]
-    eye = jnp.broadcast_to(jnp.eye(C, dtype=L.dtype), L.shape)
+    b = L.shape[-1]
+    eye = jnp.broadcast_to(jnp.eye(b, dtype=L.dtype), L.shape)
 
     def row(i, T):
-        Li = lax.dynamic_index_in_dim(L, i, -2, keepdims=True)           # (..., 1, C)
+        Li = lax.dynamic_index_in_dim(L, i, -2, keepdims=True)           # (..., 1, b)
         Ti = lax.dynamic_index_in_dim(eye, i, -2, keepdims=True) - jnp.matmul(
             Li, T, precision=precision)
         return lax.dynamic_update_index_in_dim(T, Ti, i, -2)
 
-    return lax.fori_loop(1, C, row, eye)
+    return lax.fori_loop(1, b, row, eye)
+
+
+def _unit_lower_inverse_rows(precision, L):
+    """(I + L)^-1 for strictly lower L (..., C, C), blockwise as the field's kernels do: the
+    n diagonal blocks of b = ``sub_chunk(C)`` rows by substitution (``_substitute``), then block
+    row after block row, T_I = Td_I (E_I - L_{I, <I} T_{<I}) (E_I: rows I of the identity)."""
+    C = L.shape[-1]
+    b = sub_chunk(C)
+    n = C // b
+    lead = L.shape[:-2]
+    Lbb = jnp.swapaxes(L.reshape(lead + (n, b, n, b)), -3, -2)         # [I, J, i, j]
+    Td = _substitute(precision, jnp.moveaxis(jnp.diagonal(Lbb, axis1=-4, axis2=-3), -1, -3))
+    if n == 1:
+        return Td[..., 0, :, :]
+    block = jnp.arange(C) // b
+    Loff = jnp.where(block[:, None] > block[None, :], L, 0.0)         # L_{I, <I}
+    eye_n = jnp.eye(n, dtype=L.dtype)
+    T = jnp.swapaxes(Td[..., :, None, :, :] * eye_n[:, :, None, None], -3, -2).reshape(L.shape)
+    for I in range(1, n):
+        rows = slice(I * b, (I + 1) * b)
+        R = jnp.matmul(Loff[..., rows, :], T, precision=precision)      # L_{I, <I} T_{<I}
+        if b > 1:
+            R = jnp.matmul(Td[..., I, :, :], R, precision=precision)
+        T = T.at[..., rows, :].set(T[..., rows, :] - R)                   # Td_I E_I - Td_I R
+    return T
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
