@@ -40,8 +40,9 @@ def kernel(name: str, **kw):
     return functools.partial(getattr(kernels, name), return_final_state=True, **kw)
 
 
-def run(fn, x, cot, dtype, *, scale=1.0, jit=False, **kw):
-    """{output name: float64 array} of fn's forward and its jax.vjp; dh0 is None when h0 is."""
+def run(fn, x, cot, dtype, *, scale=1.0, **kw):
+    """{output name: float64 array} of fn's forward and its jax.vjp, jitted (one XLA compile is
+    several times cheaper than running the kernels op by op); dh0 is None when h0 is."""
     args = [None if a is None else jnp.asarray(a, dtype) for a in x]
     do, dh_T = (jnp.asarray(a, dtype) for a in cot)
 
@@ -49,9 +50,7 @@ def run(fn, x, cot, dtype, *, scale=1.0, jit=False, **kw):
         out, pull = jax.vjp(lambda *xs: fn(*xs, scale=scale, **kw), *a)
         return out, pull((do, dh_T))
 
-    if jit:
-        fwd_bwd = jax.jit(fwd_bwd)
-    (o, h_T), grads = fwd_bwd(*args)
+    (o, h_T), grads = jax.jit(fwd_bwd)(*args)
     got = dict(zip(OUTS, (o, h_T, *grads)))
     return {n: None if a is None else np.asarray(a, np.float64) for n, a in got.items()}
 
@@ -130,7 +129,7 @@ F32_CASES = [pytest.param(name, dims, kw, id=name, marks=marks) for name, dims, 
 def test_float32_error_is_float32_size(kname, name, dims, kw):
     x, cot = rounded(*make_case(*dims, **kw), np.float32)
     got = run(kernel(kname, **({"chunk_size": 16} if kname == "chunked" else {})), x, cot,
-              jnp.float32, scale=0.5, jit=True)
+              jnp.float32, scale=0.5)
     assert_within(errors(got, oracle(x, cot, scale=0.5)), tol("audit_rel_err_float32"),
                   f"{kname} float32 {name}")
 
@@ -212,8 +211,14 @@ def test_16bit_inputs_dtypes_and_accuracy():
     ref = oracle(x, cot)
     for kname in ("scan", "chunked"):
         args = [jnp.asarray(a, bf16) for a in x]
-        (o, h_T), pull = jax.vjp(kernel(kname), *args)
-        grads = pull((jnp.asarray(cot[0], bf16), jnp.asarray(cot[1], jnp.float32)))
+        fn = kernel(kname)
+
+        @jax.jit
+        def fwd_bwd(*a):
+            out, pull = jax.vjp(fn, *a)  # noqa: B023 (called in this iteration)
+            return out, pull((jnp.asarray(cot[0], bf16), jnp.asarray(cot[1], jnp.float32)))
+
+        (o, h_T), grads = fwd_bwd(*args)
         assert o.dtype == bf16 and h_T.dtype == jnp.float32
         assert all(g.dtype == bf16 for g in grads)
         got = dict(zip(OUTS, (o, h_T, *grads)))
@@ -267,11 +272,11 @@ def test_sweep_float64_and_float32(dims, kw, C, seed):
     ref = oracle(x, cot, scale=0.5)
     for kname, extra in (("scan", {}), ("chunked", {"chunk_size": C})):
         with x64_scope():
-            got = run(kernel(kname, **extra), x, cot, jnp.float64, scale=0.5, jit=True)
+            got = run(kernel(kname, **extra), x, cot, jnp.float64, scale=0.5)
         assert_within(errors(got, ref), tol("delta_kernel_f64"), f"{kname} float64 {dims} {kw}")
     x, cot = rounded(x, cot, np.float32)
     ref = oracle(x, cot, scale=0.5)
     for kname, extra in (("scan", {}), ("chunked", {"chunk_size": C})):
-        got = run(kernel(kname, **extra), x, cot, jnp.float32, scale=0.5, jit=True)
+        got = run(kernel(kname, **extra), x, cot, jnp.float32, scale=0.5)
         assert_within(errors(got, ref), tol("audit_rel_err_float32"),
                       f"{kname} float32 {dims} {kw}")
