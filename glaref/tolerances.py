@@ -431,4 +431,12 @@ TOLERANCES.update({
         "references form decays exp(b_i - b_j) from in-chunk cumulative sums (error ~ |b| u, "
         "|b| <= 64 * 30 under strong decay: 2e-13) and solve the chunk's triangular system by "
         "substitution (n ~ 64 more roundings); the issue's 1e-12."),
+    "delta_kernel_f64": Tolerance(
+        1e-12,
+        "glaref.delta.kernels (scan; chunked at C = 1..64) run in float64 under jax x64 vs "
+        "glaref.delta, forward and every gradient through jax.vjp, normwise, on the test shapes "
+        "(T <= 70, dk, dv <= 8, beta <= 2): the scan evaluates the oracle's lines in another "
+        "order (n u kappa each, as delta_trust_jax_f64: 8e-13); the chunked form adds a unit "
+        "triangular solve of C rows and segment sums of C gates per decay (~2 C more roundings "
+        "per term); measured <= 1e-15."),
 })
