@@ -459,8 +459,9 @@ def plot(records: list[dict[str, Any]], path) -> None:
     failed its verdict (either tier), a hollow orange diamond one whose output is less accurate
     (beyond the most accurate designs' rule, within the field's correct designs: a pass, or a
     failure under strict); an ok point has no mark (``OUTCOME_MARKS``). The figure's title is
-    the audit's verdict (``summary``). Then, per failing output (the first MAX_WHERE_PANELS), where its error is: against t, with
-    the allowed band and the chunk boundaries (``_where_panel``).
+    the audit's verdict (``summary``). Then, per failing output (the first MAX_WHERE_PANELS),
+    where its error is: against t, with the allowed band and the chunk boundaries
+    (``_where_panel``).
     """
     import matplotlib
     matplotlib.use("Agg")
