@@ -65,6 +65,12 @@ import functools
 # the calibrated verdict's target (issue 9): the smallest error it flags on any output of a correct
 # kernel is at most this many times that output's own error (tools/sensitivity.py's TARGET)
 SENSITIVITY_TARGET = 30.0
+# the seed's configs as the sweeps at seed sizes run them: batch cut to 1 and heads to at most
+# MAX_HEADS (normwise errors are over B*H*T*d elements; B and H only repeat the statistics, every
+# head having its own gates and inputs from the same distribution), so that they fit on 2 cores
+MAX_HEADS = 8
+SEED_SEQS = (512, 2048)
+SEED_LONG = ("g1h1_d128", 8192)
 ZOO_CHUNKS = (16, 32, 64, 128, 256)
 FIELD_CHUNKS = (16, 32, 64, 128, 256)     # the chunk-local cumsum kernels: <= 64 undeclared
 VECTOR_ZOO_CHUNKS = (16, 32, 64, 128)
@@ -368,6 +374,46 @@ def field_zoo() -> dict:
         out[f"cumsum{C}_autodiff"] = (functools.partial(cumsum_autodiff, C=C), declared, "identity")
     out["mamba2_chunk_scan256"] = (mamba2_chunk_scan, 256, "identity")
     return out
+
+
+def seed_cases() -> list[tuple[str, tuple[int, int, int, int, int], int]]:
+    """[(config name, (B, G, H, dk, dv) cut, T)]: the seed's four configs at SEED_SEQS and
+    SEED_LONG, batch cut to 1 and heads to at most MAX_HEADS."""
+    from glaref._audit._presets import SEED_CONFIGS
+
+    cut = {n: (1, c[1], min(c[2], MAX_HEADS), c[3], c[4]) for n, c in SEED_CONFIGS.items()}
+    return ([(n, cut[n], T) for T in SEED_SEQS for n in cut]
+            + [(SEED_LONG[0], cut[SEED_LONG[0]], SEED_LONG[1])])
+
+
+def judge_field(truth, dtype: str, judge: dict, members: dict | None = None) -> list[dict]:
+    """Every field-zoo member (``members``, default ``field_zoo()``) run on the problem of
+    ``truth`` (a ``glaref._judge.Truth``) in ``dtype`` and judged by the audit's rule
+    (``judge``: ``_judge.assess_outputs``'s final, grads, compute_dtype, accumulate_dtype): with
+    the CLI's defaults (the chunk size given only where the member declares it) and, where it
+    declares its chunk, again with its whole design declared (decay_form chunk_cumsum and its
+    dlog_alpha form). One row per output: {"kernel", "declared", "output", "outcome", "ok",
+    "ratio" (x_best), "envelope_ratio", "reason"}. A FAIL with the defaults, or anything but ok
+    declared, is a false alarm (docs/budgets.md, section 9)."""
+    from glaref import _judge, _sensitivity
+
+    rows = []
+    for name, (fn, C, form) in (field_zoo() if members is None else members).items():
+        outs, dts = _sensitivity.jax_outputs(fn, truth, dtype)
+        for decay, dform in ((None, None), ("chunk_cumsum", form))[:2 if C else 1]:
+            per = _judge.assess_outputs(truth, outs, dts, chunk_size=C, decay_form=decay,
+                                        dlog_alpha_form=dform, **judge)
+            for out, a in per.items():
+                rows.append({"kernel": name, "declared": decay is not None, "output": out,
+                             "outcome": a.outcome, "ok": a.ok, "ratio": a.ratio,
+                             "envelope_ratio": a.envelope_ratio, "reason": a.reason})
+    return rows
+
+
+def field_false_alarms(rows: list[dict]) -> list[dict]:
+    """The rows of ``judge_field`` that are false alarms: a FAIL with the CLI's defaults, or an
+    outcome other than ok with the whole design declared."""
+    return [r for r in rows if (r["outcome"] != "ok" if r.get("declared") else not r["ok"])]
 
 
 def cumsum_decays(q, k, v, log_alpha, h0):

@@ -36,6 +36,7 @@ import argparse
 import json
 import math
 import pathlib
+import shlex
 import sys
 import time
 
@@ -43,17 +44,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from zoo import SENSITIVITY_TARGET as TARGET  # noqa: E402  (tests/zoo.py: one definition)
+from zoo import MAX_HEADS, seed_cases  # noqa: E402  (tests/zoo.py: one definition)
+from zoo import SENSITIVITY_TARGET as TARGET  # noqa: E402
 
-SEED_TARGETS = [("g2h8_d128", 512), ("g2h8_d128", 2048), ("g1h24_dk128_dv64", 512),
-                ("g1h24_dk128_dv64", 2048), ("g1h1_d128", 512), ("g1h1_d128", 2048),
-                ("g2h4_dk48_dv40", 512), ("g2h4_dk48_dv40", 2048), ("g1h1_d128", 8192)]
 QUICK_TARGETS = [("b1g2h4_d16", 130), ("b1g2h4_d16", 300)]
 QUICK_CONFIGS = {"b1g2h4_d16": (1, 2, 4, 16, 16)}
 REGIMES = ("standard", "strong_decay", "near_one", "positive", "large_values", "h0_dominant")
 # the quadratic kernel materialises (B, H, T+1, T+1) decay matrices and their gradients
 QUADRATIC_MAX_T = 2048
-MAX_HEADS = 8
 
 
 def _zoo(gate: str) -> dict:
@@ -118,9 +116,11 @@ def problem(regime: str, cfg, T: int, seed: int, dtype: str, gate: str = "scalar
 
 
 def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="scalar",
-        sink=None) -> dict:
+        sink=None, field_only=False) -> dict:
     """{"sensitivity": [...], "zoo": [...]}; ``sink(part)``, when given, receives each problem's
-    rows as they are measured (``--jsonl``: a long run keeps what it measured)."""
+    rows as they are measured (``--jsonl``: a long run keeps what it measured). ``field_only``:
+    the zoo part judges the field's designs alone (``zoo.judge_field``), not the zoo of the most
+    accurate designs nor the weaker kernels."""
     from glaref import _judge, _sensitivity
     from glaref._inputs import OUTPUTS
 
@@ -159,15 +159,17 @@ def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="sc
                                                      "regime": regime, "config": cname, "T": T,
                                                      "seed": seed, "output": name, "kind": kind,
                                                      "level": level, **r})
-                    if seed in zoo_seeds:
+                    where = {"dtype": dtype, "regime": regime, "config": cname, "T": T,
+                             "seed": seed}
+                    if seed in zoo_seeds and gate == "scalar":
+                        # the field's designs, with the CLI's defaults and with their whole
+                        # design declared where they declare their chunk (tests/zoo.py)
+                        alarms += [{**where, **r, "field": True}
+                                   for r in zoo.judge_field(truth, dtype, judge)]
+                    if seed in zoo_seeds and not field_only:
                         weak = ({f"(weaker) {n}": f for n, f in zoo.weaker().items()}
                                 if gate == "scalar" else {})
-                        field = ({n: f for n, f in zoo.field_zoo().items()}
-                                 if gate == "scalar" else {})
-                        for name, fn in {**z, **weak, **field}.items():
-                            chunk = None
-                            if name in field:            # (kernel, declared chunk, form)
-                                fn, chunk, _ = fn
+                        for name, fn in {**z, **weak}.items():
                             if name == "quadratic" and (T > QUADRATIC_MAX_T if gate == "scalar"
                                                         else not zoo.quadratic_fits(p.dims, True)):
                                 continue
@@ -175,17 +177,14 @@ def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="sc
                             # judged with the CLI's defaults, and again with its dlog_alpha form
                             # declared where that is the direct form (held to sharper references)
                             forms = {name: None}
-                            if (name not in field and zoo.dlog_alpha_form(
-                                    name.removeprefix("(weaker) "), gate) == "direct"):
+                            if zoo.dlog_alpha_form(name.removeprefix("(weaker) "), gate) == "direct":
                                 forms[f"{name} [direct]"] = "direct"
                             for label, form in forms.items():
                                 per = _judge.assess_outputs(truth, outs, dts, dlog_alpha_form=form,
-                                                            chunk_size=chunk, **judge)
+                                                            **judge)
                                 for out, a in per.items():
-                                    alarms.append({"dtype": dtype, "kernel": label,
-                                                   "field": name in field,
-                                                   "regime": regime, "config": cname, "T": T,
-                                                   "seed": seed, "output": out, "ratio": a.ratio,
+                                    alarms.append({**where, "kernel": label, "field": False,
+                                                   "output": out, "ratio": a.ratio,
                                                    "envelope_ratio": a.envelope_ratio,
                                                    "outcome": a.outcome,
                                                    "ok": a.ok, "reason": a.reason})
@@ -198,6 +197,8 @@ def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="sc
 
 def summarise(res: dict, allowed: float, gate: str = "scalar") -> tuple[str, bool]:
     from glaref._inputs import OUTPUTS
+
+    import zoo as zoo_
 
     targets = target_subjects(gate)
 
@@ -233,22 +234,38 @@ def summarise(res: dict, allowed: float, gate: str = "scalar") -> tuple[str, boo
     field = [r for r in res["zoo"] if r.get("field")]
     zoo = [r for r in res["zoo"] if not r["kernel"].startswith("(weaker)") and not r.get("field")]
     if field:
-        bad = [r for r in field if not r["ok"]]
+        bad = zoo_.field_false_alarms(field)
         ok = ok and not bad
-        n_rows = len({(r['kernel'], r['dtype'], r['regime'], r['config'], r['T'], r['seed'])
-                      for r in field})
-        outcomes = {o: sum(1 for r in field if r["outcome"] == o)
-                    for o in ("ok", "less_accurate", "fail")}
-        worst = max(field, key=lambda r: r["envelope_ratio"] if r["envelope_ratio"] is not None
+        lines.append("\nthe field's designs (tests/zoo.py field_zoo; judged with the CLI's defaults, "
+                     "the chunk size given where declared, and with the whole design declared)")
+        lines.append(f"{'config':18}{'T':>6}  {'rows':>5}  {'defaults: ok / less accurate / FAIL':>36}"
+                     f"  {'worst / envelope':>16}  {'declared: not ok':>16}  {'worst x_best':>12}")
+        keys = list(dict.fromkeys((r["config"], r["T"]) for r in field)) + [("all", None)]
+        for cname, T in keys:
+            rs = [r for r in field if cname == "all" or (r["config"], r["T"]) == (cname, T)]
+            dflt = [r for r in rs if not r.get("declared")]
+            decl = [r for r in rs if r.get("declared")]
+            n_rows = len({(r["kernel"], r.get("declared"), r["dtype"], r["regime"], r["config"],
+                           r["T"], r["seed"]) for r in rs})
+            counts = " / ".join(str(sum(1 for r in dflt if r["outcome"] == o))
+                                for o in ("ok", "less_accurate", "fail"))
+            w = max(dflt, key=lambda r: r["envelope_ratio"] if r["envelope_ratio"] is not None
                     else math.inf)
-        lines.append(f"\nthe field's designs (tests/zoo.py field_zoo, CLI defaults, chunk size "
-                     f"where declared): {n_rows} rows, outputs {outcomes}; worst ratio to the "
-                     f"envelope {worst['envelope_ratio']:.3g} ({worst['kernel']} {worst['dtype']} "
-                     f"{worst['regime']} {worst['config']} T={worst['T']} {worst['output']}) "
-                     f"against the allowed {allowed:g}")
+            wd = max(decl, key=lambda r: r["ratio"] if r["ratio"] is not None else math.inf,
+                     default=None)
+            lines.append(f"{cname:18}{'' if T is None else T:>6}  {n_rows:>5}  {counts:>36}  "
+                         f"{w['envelope_ratio']:>16.3g}  "
+                         f"{sum(1 for r in decl if r['outcome'] != 'ok'):>16}  "
+                         f"{'-' if wd is None else format(wd['ratio'], '.3g'):>12}")
+        w = max((r for r in field if not r.get("declared")),
+                key=lambda r: r["envelope_ratio"] if r["envelope_ratio"] is not None else math.inf)
+        lines.append(f"worst ratio to the envelope {w['envelope_ratio']:.3g} ({w['kernel']} "
+                     f"{w['dtype']} {w['regime']} {w['config']} T={w['T']} {w['output']}) against "
+                     f"the allowed {allowed:g}")
         for r in bad:
-            lines.append(f"  FALSE ALARM {r['kernel']} {r['dtype']} {r['regime']} {r['config']} "
-                         f"T={r['T']} seed={r['seed']}: {r['reason']}")
+            lines.append(f"  FALSE ALARM {r['kernel']}{' [declared]' if r.get('declared') else ''} "
+                         f"{r['dtype']} {r['regime']} {r['config']} T={r['T']} seed={r['seed']}: "
+                         f"{r['reason']}")
     if weaker:
         lines.append("\nless accurate kernels (not in the zoo; flagged where their loss exceeds "
                      "the allowed ratio): worst ratio per regime")
@@ -295,6 +312,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0", help="seeds of the sensitivity part")
     ap.add_argument("--zoo-seeds", default="0", help="seeds of the zoo part ('' for none)")
     ap.add_argument("--only", help="comma-separated config:T pairs of the targets to run")
+    ap.add_argument("--field-only", action="store_true", help="the zoo part judges the field's "
+                    "designs alone (tests/zoo.py field_zoo), with the defaults and declared")
     ap.add_argument("--json")
     ap.add_argument("--txt")
     ap.add_argument("--jsonl", help="append each problem's rows to this file as they are measured")
@@ -303,15 +322,15 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     from glaref._audit._device import cpu_model
-    from glaref._audit._presets import SEED_CONFIGS
     from glaref.tolerances import tol
 
     if a.quick:
         targets, configs = QUICK_TARGETS, QUICK_CONFIGS
     else:
-        targets = SEED_TARGETS
-        # batch cut to 1, heads to at most MAX_HEADS (module docstring)
-        configs = {n: (1, c[1], min(c[2], MAX_HEADS), c[3], c[4]) for n, c in SEED_CONFIGS.items()}
+        # the seed's configs at T = 512, 2048 and g1h1_d128 at 8192, batch cut to 1 and heads to
+        # at most MAX_HEADS (module docstring)
+        targets = [(n, T) for n, _, T in seed_cases()]
+        configs = {n: c for n, c, _ in seed_cases()}
     if a.only:
         keep = {(c, int(t)) for c, t in (x.split(":") for x in a.only.split(","))}
         targets = [x for x in targets if x in keep]
@@ -335,10 +354,13 @@ def main(argv=None) -> int:
                 with path.open("a") as fh:
                     fh.write(json.dumps(part, default=str) + "\n")
         res = run(targets, configs, a.dtypes.split(","), regs, ints(a.seeds), ints(a.zoo_seeds),
-                  lambda m: print(m, file=sys.stderr, flush=True), gate=a.gate, sink=sink)
+                  lambda m: print(m, file=sys.stderr, flush=True), gate=a.gate, sink=sink,
+                  field_only=a.field_only)
     text, ok = summarise(res, tol("calibrated_ratio"), a.gate)
+    command = shlex.join(["python3", "tools/sensitivity.py"]
+                         + list(sys.argv[1:] if argv is None else argv))
     head = (f"glaref sensitivity report: {time.strftime('%Y-%m-%d')}, CPU {cpu_model()}, "
-            f"{a.gate} gates\n"
+            f"{a.gate} gates\ncommand: {command}\n"
             f"allowed ratio (calibrated_ratio) {tol('calibrated_ratio'):g}, floor "
             f"{tol('calibrated_floor'):g} u ||ref||; configs (batch cut to 1, heads to at most {MAX_HEADS}): "
             f"{ {c: configs[c] for c, _ in targets} }; T: {sorted({t for _, t in targets})}; "

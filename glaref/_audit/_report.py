@@ -474,6 +474,24 @@ def _where_panel(ax, r: dict[str, Any], name: str) -> None:
     ax.grid(True, which="both", alpha=0.3)
 
 
+def _is_less_accurate(r: dict[str, Any], name: str) -> bool:
+    """The output's outcome is less accurate (a pass, or a failure under strict)."""
+    return (r.get("outcomes") or {}).get(name) == "less_accurate"
+
+
+def _is_fail(r: dict[str, Any], name: str) -> bool:
+    """The output failed its verdict and is not merely less accurate under strict."""
+    return name in failed_outputs(r) and not _is_less_accurate(r, name)
+
+
+# how the error panels mark a point by its output's outcome (ok points carry no mark)
+OUTCOME_MARKS = {
+    _is_fail: dict(marker="x", color="red", markersize=8),
+    _is_less_accurate: dict(marker="D", color="darkorange", markerfacecolor="none",
+                            markersize=7, markeredgewidth=1.4),
+}
+
+
 def plot(records: list[dict[str, Any]], path) -> None:
     """Error vs seq per output and gradient, and time vs seq, in one PNG.
 
@@ -482,9 +500,12 @@ def plot(records: list[dict[str, Any]], path) -> None:
     calibrated verdict allows it on the same inputs (``allowed_ratio`` times the reference
     kernels' error): a solid line close under its dotted one is close to failing. In the time
     panel solid lines are fwd and dashed ones fwd_bwd. A red cross marks a point whose output
-    failed its verdict (either tier). The figure's title is the audit's verdict (``summary``).
-    Then, per failing output (the first MAX_WHERE_PANELS), where its error is: against t, with
-    the allowed band and the chunk boundaries (``_where_panel``).
+    failed its verdict (either tier), a hollow orange diamond one whose output is less accurate
+    (beyond the most accurate designs' rule, within the field's correct designs: a pass, or a
+    failure under strict); an ok point has no mark (``OUTCOME_MARKS``). The figure's title is
+    the audit's verdict (``summary``). Then, per failing output (the first MAX_WHERE_PANELS),
+    where its error is: against t, with the allowed band and the chunk boundaries
+    (``_where_panel``).
     """
     import matplotlib
     matplotlib.use("Agg")
@@ -529,11 +550,12 @@ def plot(records: list[dict[str, Any]], path) -> None:
                 if allowed:
                     ax.plot([x for x, _ in allowed], [y for _, y in allowed], color=colour[impl],
                             linestyle=":", linewidth=1.2)
-                bad = [(r["seq"], errs(r).get(panel)) for r in rs if panel in failed_outputs(r)]
-                bad = [(x, max(y, 1e-17)) for x, y in bad if y is not None and math.isfinite(y)]
-                if bad:
-                    ax.plot([x for x, _ in bad], [y for _, y in bad], "x", color="red",
-                            markersize=8, zorder=5)
+                for rule, mark in OUTCOME_MARKS.items():
+                    hit = [(r["seq"], errs(r).get(panel)) for r in rs if rule(r, panel)]
+                    hit = [(x, max(y, 1e-17)) for x, y in hit if y is not None and math.isfinite(y)]
+                    if hit:
+                        ax.plot([x for x, _ in hit], [y for _, y in hit], linestyle="",
+                                zorder=5, **mark)
             pts = [(x, max(y, 1e-17)) for x, y in pts if y is not None and math.isfinite(y)]
             if pts:
                 ax.plot([x for x, _ in pts], [y for _, y in pts], **style)
@@ -555,7 +577,11 @@ def plot(records: list[dict[str, Any]], path) -> None:
                           f"({_ratio():g}x the reference kernels')"))
     if has_fwd and any(r["mode"] == "fwd_bwd" for r in rows):
         handles.append(Line2D([], [], color="k", linestyle="--", label="time: solid fwd, dashed fwd_bwd"))
-    handles.append(Line2D([], [], color="red", marker="x", linestyle="", label="verdict failed"))
+    handles.append(Line2D([], [], linestyle="", label="verdict failed",
+                          **OUTCOME_MARKS[_is_fail]))
+    if any(_is_less_accurate(r, n) for r in rows for n in names):
+        handles.append(Line2D([], [], linestyle="", label="less accurate (within the field's "
+                              "designs)", **OUTCOME_MARKS[_is_less_accurate]))
     # the verdict in words above the panels (the summary's headline)
     fig.suptitle(summary(records, first=False)[1], fontsize=10)
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8,
