@@ -126,6 +126,10 @@ def _dot(a, b, order="sequential"):
     Bt = np.ascontiguousarray(np.swapaxes(np.broadcast_to(b, batch + (K, N)), -1, -2),
                               dtype=dt).reshape(-1, N, K)
     out = np.empty((A.shape[0], M, N), dt)
+    # operands always read-only (``bmm`` is then compiled once per dtype, not once per
+    # combination of writable and read-only views)
+    A.flags.writeable = False
+    Bt.flags.writeable = False
     if K == 0:
         out[:] = 0
         return out.reshape(batch + (M, N))

@@ -2,17 +2,20 @@
 chunked kernels, compiled by Numba.
 
 Kept in its own module so that ``glaref._baseline`` imports Numba only when a reference kernel
-first runs, and with every function at module level so that Numba's on-disk cache
-(``cache=True``) serves later processes. Every dot product here (``dot``: the scan's products and
-``bmm``, the chunked kernels' matrix products) sums in the fixed order its ``order`` names
-(eight interleaved partial sums combined in a fixed tree, or one term after another), each
-product rounded before it is added (no fused multiply-add: fastmath off lets LLVM neither
-contract nor reassociate), so that the reference errors are the same on every machine,
+first runs, and with every function at module level so that the on-disk cache
+(``glaref._numba_cache``: once per machine) serves later processes. Every dot product here
+(``dot``: the scan's products and ``bmm``, the chunked kernels' matrix products) sums in the
+fixed order its ``order`` names (eight interleaved partial sums combined in a fixed tree, or one
+term after another), each product rounded before it is added (no fused multiply-add: fastmath
+off lets LLVM neither contract nor reassociate), so that the reference errors are the same on every machine,
 whichever BLAS kernel (OpenBLAS Haswell, SkylakeX, Prescott ...) it picks. See
 ``glaref._baseline`` for what the kernels compute and why. One kernel serves both kinds of
 gate: log_alpha (B, H, T, 1), a scalar gate, or (B, H, T, dk), a vector gate (``KERNELS`` gives
 the scalar gate's (B, H, T) its trailing axis).
-Determinism: ``prange`` over independent (batch, head) pairs only; fastmath off.
+Determinism: fastmath off; the workers (``run_workers``: one thread each, running compiled code
+that releases the GIL) take independent (batch, head) pairs only, each with the same code
+whatever the number of threads (a ``prange`` loop did the same, at three times the compile
+time).
 """
 
 from __future__ import annotations
@@ -20,12 +23,27 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import get_num_threads
 
-jit = dict(fastmath=False, cache=True)
+from ._numba_cache import jit, note_compile, run_workers
+
+_jit = jit(fastmath=False, nogil=True)
 
 
-@njit(**jit)
+def _n_workers(n_pairs: int) -> int:
+    return max(1, min(get_num_threads(), n_pairs))
+
+
+@_jit
+def copy(dst, src):  # pragma: no cover - compiled
+    """dst = src, two 2-D arrays of one shape (a loop: an array assignment compiles Numba's
+    broadcasting checks, seconds of compile time)."""
+    for i in range(src.shape[0]):
+        for j in range(src.shape[1]):
+            dst[i, j] = src[i, j]
+
+
+@_jit
 def rnd(x, mode):  # pragma: no cover - compiled
     """x rounded in place to the format of ``mode`` (0: none; the caller passes 0 for anything
     but float32 arrays)."""
@@ -42,7 +60,7 @@ def rnd(x, mode):  # pragma: no cover - compiled
     return x
 
 
-@njit(**jit)
+@_jit
 def step(S, a, kt, vt, mode_o, mode_s):  # pragma: no cover - compiled
     """S <- diag(a) S + k^T v, a (1,) (a scalar gate: one decay for every row) or (dk,) (a vector
     gate: row i decays by a[i]); one rounding per element in the working dtype, the outer
@@ -58,7 +76,7 @@ def step(S, a, kt, vt, mode_o, mode_s):  # pragma: no cover - compiled
     rnd(S, mode_s)
 
 
-@njit(**jit)
+@_jit
 def dot(x, y, acc, order=0):  # pragma: no cover - compiled
     """sum_a x[a] y[a]: ``order`` 0 in eight interleaved partial sums, combined in a fixed tree
     (how a vectorised dot product unit accumulates), 1 one term after another (how XLA's CPU
@@ -80,7 +98,7 @@ def dot(x, y, acc, order=0):  # pragma: no cover - compiled
     return (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) + acc[8]
 
 
-@njit(**jit)
+@_jit
 def bmm(a, bt, out, order=0):  # pragma: no cover - compiled
     """out[n, i, j] = dot(a[n, i, :], bt[n, j, :]) for a (N, M, K), bt (N, P, K) (the right
     operand transposed), all C-contiguous in one dtype: a batch of matrix products a @ bt^T,
@@ -93,7 +111,7 @@ def bmm(a, bt, out, order=0):  # pragma: no cover - compiled
     return out
 
 
-@njit(**jit)
+@_jit
 def vecmat(x, M, out, mode_o, mode_s, order):  # pragma: no cover - compiled
     """out = x M (x: (m,), M: (m, n)): each entry a dot product over m, operands rounded
     to ``mode_o``, the result to ``mode_s``."""
@@ -105,7 +123,7 @@ def vecmat(x, M, out, mode_o, mode_s, order):  # pragma: no cover - compiled
     rnd(out, mode_s)
 
 
-@njit(**jit)
+@_jit
 def matvec(M, y, out, mode_o, mode_s, order):  # pragma: no cover - compiled
     """out = M y (M: (m, n), y: (n,)): each entry a dot product over n."""
     Mr = rnd(M.copy(), mode_o)
@@ -116,7 +134,7 @@ def matvec(M, y, out, mode_o, mode_s, order):  # pragma: no cover - compiled
     rnd(out, mode_s)
 
 
-@njit(**jit)
+@_jit
 def frob(A, Bm, order):  # pragma: no cover - compiled
     """<A, B>: ``order`` 0 a dot product per row, then the rows' sums pairwise; 1 all dk dv terms
     one after another, row by row."""
@@ -142,66 +160,70 @@ def frob(A, Bm, order):  # pragma: no cover - compiled
     return rows[0] if rows.shape[0] else acc[0] - acc[0]
 
 
-@njit(parallel=True, **jit)
-def forward(qh, kh, v, la, h0, scale, mode_o, mode_s, order):  # pragma: no cover - compiled
-    """(o, h_T); la (B, H, T, 1) for a scalar gate, (B, H, T, dk) for a vector gate."""
+@_jit
+def _forward_rows(w, n_workers, qh, kh, v, la, h0, scale, mode_o, mode_s, order, o,
+                  hT):  # pragma: no cover - compiled
+    """Worker w of n_workers: the (batch, head) pairs w, w + n_workers, ... of ``forward``."""
     B, H, T, dk = qh.shape
     dv = v.shape[3]
-    o = np.empty((B, H, T, dv), qh.dtype)
-    hT = np.empty((B, H, dk, dv), qh.dtype)
-    for bh in prange(B * H):
+    S = np.empty((dk, dv), qh.dtype)
+    out = np.empty(dv, qh.dtype)
+    for bh in range(w, B * H, n_workers):
         b, h = bh // H, bh % H
-        S = h0[b, h].copy()
-        out = np.empty(dv, qh.dtype)
+        copy(S, h0[b, h])
         for t in range(T):
             step(S, np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_o, mode_s)
             vecmat(qh[b, h, t], S, out, mode_o, mode_s, order)
             for j in range(dv):
                 o[b, h, t, j] = scale * out[j]
-        hT[b, h] = S
+        copy(hT[b, h], S)
+
+
+def forward(qh, kh, v, la, h0, scale, mode_o, mode_s, order):
+    """(o, h_T); la (B, H, T, 1) for a scalar gate, (B, H, T, dk) for a vector gate."""
+    B, H, T, dk = qh.shape
+    dv = v.shape[3]
+    o = np.empty((B, H, T, dv), qh.dtype)
+    hT = np.empty((B, H, dk, dv), qh.dtype)
+    run_workers(_forward_rows, _n_workers(B * H), qh, kh, v, la, h0, scale, mode_o, mode_s,
+                order, o, hT)
     return o, hT
 
 
-@njit(parallel=True, **jit)
-def vjp(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s, order):  # pragma: no cover - compiled
-    """(dq, dk, dv, dlog_alpha, dh0) with la and dlog_alpha (B, H, T, 1) for a scalar gate,
-    dlog_alpha_t = a_t <S_{t-1}, G_t>, or (B, H, T, dk) for a vector gate, dlog_alpha_t[i] =
-    a_t[i] <S_{t-1}[i, :], G_t[i, :]> (direct form, one row of the state per key dimension);
-    G carried as diag(a_t) G_t. The states are recomputed from checkpoints every C ~ sqrt(T)
-    steps."""
+@_jit
+def _vjp_rows(w, n_workers, qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s, order, dq, dk_,
+              dvv, dla, dh0):  # pragma: no cover - compiled
+    """Worker w of n_workers: the (batch, head) pairs w, w + n_workers, ... of ``vjp``."""
     B, H, T, dk = qh.shape
     dv = v.shape[3]
     dt = qh.dtype
     g = la.shape[3]
-    dq = np.empty((B, H, T, dk), dt)
-    dk_ = np.empty((B, H, T, dk), dt)
-    dvv = np.empty((B, H, T, dv), dt)
-    dla = np.empty((B, H, T, g), dt)
-    dh0 = np.empty((B, H, dk, dv), dt)
     C = max(1, int(math.sqrt(max(T, 1))))
     nck = (T + C - 1) // C
-    for bh in prange(B * H):
+    # checkpoints: the state before steps 0, C, 2C, ...
+    ck = np.empty((max(nck, 1), dk, dv), dt)
+    S = np.empty((dk, dv), dt)
+    Gc = np.empty((dk, dv), dt)
+    blk = np.empty((C + 1, dk, dv), dt)
+    Gt = np.empty((dk, dv), dt)
+    tmp_k = np.empty(dk, dt)
+    tmp_v = np.empty(dv, dt)
+    sdo = np.empty(dv, dt)
+    acc = np.empty(9, dt)
+    for bh in range(w, B * H, n_workers):
         b, h = bh // H, bh % H
-        # checkpoints: the state before steps 0, C, 2C, ...
-        ck = np.empty((max(nck, 1), dk, dv), dt)
-        S = h0[b, h].copy()
+        copy(S, h0[b, h])
         for t in range(T):
             if t % C == 0:
-                ck[t // C] = S
+                copy(ck[t // C], S)
             step(S, np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_o, mode_s)
-        Gc = dh_T[b, h].copy()
-        blk = np.empty((C + 1, dk, dv), dt)
-        Gt = np.empty((dk, dv), dt)
-        tmp_k = np.empty(dk, dt)
-        tmp_v = np.empty(dv, dt)
-        sdo = np.empty(dv, dt)
-        acc = np.empty(9, dt)
+        copy(Gc, dh_T[b, h])
         for c in range(nck - 1, -1, -1):
             t0 = c * C
             t1 = min(T, t0 + C)
-            blk[0] = ck[c]
+            copy(blk[0], ck[c])
             for t in range(t0, t1):
-                blk[t - t0 + 1] = blk[t - t0]
+                copy(blk[t - t0 + 1], blk[t - t0])
                 step(blk[t - t0 + 1], np.exp(la[b, h, t]), kh[b, h, t], v[b, h, t], mode_o, mode_s)
             for t in range(t1 - 1, t0 - 1, -1):
                 a = np.exp(la[b, h, t])
@@ -214,11 +236,14 @@ def vjp(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s, order):  # pragma: n
                         Gt[i, j] = Gc[i, j] + qr[i] * dr[j]
                 rnd(Gt, mode_s)
                 matvec(blk[t - t0 + 1], sdo, tmp_k, mode_o, mode_s, order)
-                dq[b, h, t] = tmp_k
+                for i in range(dk):
+                    dq[b, h, t, i] = tmp_k[i]
                 matvec(Gt, v[b, h, t], tmp_k, mode_o, mode_s, order)
-                dk_[b, h, t] = tmp_k
+                for i in range(dk):
+                    dk_[b, h, t, i] = tmp_k[i]
                 vecmat(kh[b, h, t], Gt, tmp_v, mode_o, mode_s, order)
-                dvv[b, h, t] = tmp_v
+                for j in range(dv):
+                    dvv[b, h, t, j] = tmp_v[j]
                 prev = blk[t - t0]
                 if g == 1:
                     dla[b, h, t, 0] = a[0] * frob(prev, Gt, order)
@@ -230,7 +255,25 @@ def vjp(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s, order):  # pragma: n
                     for j in range(dv):
                         Gc[i, j] = ai * Gt[i, j]
                 rnd(Gc, mode_s)
-        dh0[b, h] = Gc
+        copy(dh0[b, h], Gc)
+
+
+def vjp(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s, order):
+    """(dq, dk, dv, dlog_alpha, dh0) with la and dlog_alpha (B, H, T, 1) for a scalar gate,
+    dlog_alpha_t = a_t <S_{t-1}, G_t>, or (B, H, T, dk) for a vector gate, dlog_alpha_t[i] =
+    a_t[i] <S_{t-1}[i, :], G_t[i, :]> (direct form, one row of the state per key dimension);
+    G carried as diag(a_t) G_t. The states are recomputed from checkpoints every C ~ sqrt(T)
+    steps."""
+    B, H, T, dk = qh.shape
+    dv = v.shape[3]
+    dt = qh.dtype
+    dq = np.empty((B, H, T, dk), dt)
+    dk_ = np.empty((B, H, T, dk), dt)
+    dvv = np.empty((B, H, T, dv), dt)
+    dla = np.empty((B, H, T, la.shape[3]), dt)
+    dh0 = np.empty((B, H, dk, dv), dt)
+    run_workers(_vjp_rows, _n_workers(B * H), qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s,
+                order, dq, dk_, dvv, dla, dh0)
     return dq, dk_, dvv, dla, dh0
 
 
@@ -247,3 +290,15 @@ def vjp_scalar(qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s, order):
 
 
 KERNELS = {"scalar": (forward_scalar, vjp_scalar), "vector": (forward, vjp)}
+
+
+# The one line on stderr while a worker compiles (glaref._numba_cache); seconds: the CPU time of
+# the compile on a 2-core x86-64 machine (tools/bench_cold.py).
+def _what(part):
+    def what(args):
+        return f"the {args[2].dtype} reference kernels (scan, {part})"
+    return what
+
+
+note_compile(_forward_rows, _what("forward"), 4)
+note_compile(_vjp_rows, _what("gradients"), 5)

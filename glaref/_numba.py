@@ -56,8 +56,8 @@ the sums run over one chunk only. It is *not* the reverse-cumsum identity of pro
 kernels (sum over all s >= t of q_s.dq_s - k_s.dk_s), whose terms do not decay and cancel
 under strong decay or long T.
 
-Determinism: kernels are compiled with ``fastmath=False``. The workers (``_run``: one Python
-thread each, ``numba.get_num_threads()`` of them, running compiled code that releases the GIL)
+Determinism: kernels are compiled with ``fastmath=False``. The workers (``run_workers``: one
+Python thread each, ``numba.get_num_threads()`` of them, running compiled code that releases the GIL)
 take independent (b, h) pairs (or (b, g) groups, see ``vjp``) only, with the time loop serial
 inside. BLAS is held to one thread during our calls (threadpoolctl), so each product is
 computed the same way whatever the number of workers (and BLAS threads do not compete with
@@ -66,15 +66,19 @@ The group sum of dq and dk runs in a fixed head order (left to right), so result
 bit-identical for any thread count. Dot products in our own loops use eight interleaved partial
 sums in a fixed order (``_dot``), never a compiler-reassociated reduction.
 
-Compile time (the first call on a machine; tools/first_hour.py measures it). Numba compiles a
-function per distinct tuple of argument types, and every caller re-optimises its callees'
-code, so the drivers keep that small: worker threads instead of a ``prange`` loop (Numba's
-parallel lowering cost a third of the compile), ``vector`` passed as None (scalar gates) or True
-(vector gates) so that Numba prunes the other kind's branches at compile time and a call
-compiles the code of its own kind of gate only, BLAS transposition flags as int8 values (not
-literal booleans, each of which would be a separate compilation of ``_gemm``), and copies as
-loops (an array assignment compiles Numba's broadcasting checks with their error messages). The
-compiled code is cached per user (``_numba_cache``: once per machine, not per environment).
+Compile time (the first call on a machine; tools/bench_cold.py measures it). Numba compiles a
+function per distinct tuple of argument types, and every compiled caller compiles its compiled
+callees' code again (it is linked into the caller and optimised with it, and each level is
+turned into machine code), so the drivers keep both small: the workers are Python loops over
+the items, calling the compiled per-head functions (``_qk_chunks``, ``_forward_head``,
+``_chunk_starts``, ``_vjp_head``: the top of each compiled tree, a few microseconds to enter
+per head), worker threads instead of a ``prange`` loop (Numba's parallel lowering cost a third
+of the compile), ``vector`` passed as None (scalar gates) or True (vector gates) so that Numba
+prunes the other kind's branches at compile time and a call compiles the code of its own kind
+of gate only, ``_gemm`` compiled once for one signature (any layout, BLAS flags as int8 values:
+not one version per combination), and copies as loops (an array assignment compiles Numba's
+broadcasting checks with their error messages). The compiled code is cached per user
+(``_numba_cache``: once per machine, not per environment).
 
 Memory: the backward stores the state at the start of every chunk for the (b, h) pair a worker
 is processing (T / CHUNK states of dk*dv, one buffer per worker, reused), nothing per (b, h)
@@ -97,12 +101,10 @@ not flushed to zero, since an oracle does not drop terms.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 from numba import get_num_threads, types
 
-from ._numba_cache import jit, note_compile
+from ._numba_cache import jit, note_compile, run_workers
 
 CHUNK = 32
 VCHUNK = 32   # vector gates (tools/bench_oracle.py --gate vector)
@@ -174,12 +176,14 @@ _xxgemm = types.ExternalFunction("numba_xxgemm", types.intc(
     types.CPointer(types.float64), types.intp))
 
 
-@_jit
+@jit("void(int8, int8, float64, float64[:, :], float64[:, :], float64, float64[:, :], float64[:])",
+     fastmath=False, nogil=True)
 def _gemm(ta, tb, alpha, A, B, beta, Cm, ab):  # pragma: no cover - compiled
     """Row-major Cm <- alpha op(A) op(B) + beta Cm through BLAS dgemm (Numba's own binding).
 
     op(X) is X when ta / tb is _N, X^T when it is _T (int8 values, not literal booleans, so that
-    one compiled version serves every combination). A, B, Cm are 2-D views whose rows are
+    one compiled version serves every combination; likewise one signature, any layout, compiled
+    when this module is imported, serves every caller). A, B, Cm are 2-D views whose rows are
     contiguous (unit last stride); ``ab`` is a float64[2] scratch for alpha and beta. BLAS is
     column-major, so the call computes Cm^T = op(B)^T op(A)^T on the same memory.
     """
@@ -453,50 +457,53 @@ def _forward_head(q, k, v, log_alpha, h0, scale, C, vector, o, h_T, QK):  # prag
         _advance(S, din[L - 1], dout, K, v[t0:t0 + L], 1.0, vector, False, Xc, ab)
 
 
-@_jit
 def _forward_worker(w, n_workers, q, k, v, log_alpha, h0, scale, C, grouped, vector, sb, st0, st1,
-                    o, h_T):  # pragma: no cover - compiled
-    """Worker w of n_workers: items w, w + n_workers, ... of the (sequence, group) items
-    (``grouped``: Q K^T once per group) or of the (sequence, head) pairs. Sequence n is row
-    sb[n], steps st0[n]:st1[n], state index n. log_alpha is (B, H, T, 1) for scalar gates,
-    (B, H, T, dk) for vector gates, with ``vector`` None for scalar gates and True for vector
-    gates: its type picks the code at compile time (Numba prunes the branches ``vector is None``),
-    so that a call compiles the code of its own kind of gate only."""
-    G = q.shape[1]
-    T = q.shape[2]
+                    o, h_T):
+    """Worker w of n_workers (a Python loop on its own thread over compiled code that releases
+    the GIL): items w, w + n_workers, ... of the (sequence, group) items (``grouped``: Q K^T
+    once per group) or of the (sequence, head) pairs. Sequence n is row sb[n], steps
+    st0[n]:st1[n], state index n. log_alpha is (B, H, T, 1) for scalar gates, (B, H, T, dk) for
+    vector gates, with ``vector`` None for scalar gates and True for vector gates: its type picks
+    the code at compile time (Numba prunes the branches ``vector is None``), so that a call
+    compiles the code of its own kind of gate only."""
+    G, T = q.shape[1], q.shape[2]
     H = v.shape[1]
     hpg = H // G
-    NS = sb.shape[0]
-    n_chunks = (T + C - 1) // C
-    n_items = NS * G if grouped else NS * H
+    n_items = len(sb) * G if grouped else len(sb) * H
     ab = np.empty(2)
-    QK = np.empty((max(n_chunks, 1), C, C))
+    QK = np.empty((max((T + C - 1) // C, 1), C, C))
     for item in range(w, n_items, n_workers):
         if grouped:
-            n = item // G
-            g = item - n * G
-            first, count = g * hpg, hpg
+            n, g = divmod(item, G)
+            heads = range(g * hpg, (g + 1) * hpg)
         else:
-            n = item // H
-            first, count = item - n * H, 1
-            g = first // hpg
+            n, h = divmod(item, H)
+            g, heads = h // hpg, (h,)
         b, t0, t1 = sb[n], st0[n], st1[n]
+        qn, kn = q[b, g, t0:t1], k[b, g, t0:t1]
         if vector is None:
-            _qk_chunks(q[b, g, t0:t1], k[b, g, t0:t1], C, QK, ab)
-        for h in range(first, first + count):
-            _forward_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1],
-                          log_alpha[b, h, t0:t1], h0[n, h], scale, C, vector,
-                          o[b, h, t0:t1], h_T[n, h], QK)
+            _qk_chunks(qn, kn, C, QK, ab)
+        for h in heads:
+            _forward_head(qn, kn, v[b, h, t0:t1], log_alpha[b, h, t0:t1], h0[n, h], scale, C,
+                          vector, o[b, h, t0:t1], h_T[n, h], QK)
 
 
 @_jit
-def _chunk_starts(k, v, log_alpha, h0, C, vector, starts, E, al, din, dout, Xk,
-                  ab):  # pragma: no cover - compiled
-    """starts[c] = the state at the start of chunk c (the forward's state update, chunk by
-    chunk), kept transposed, S^T (dv, dk), so that the backward's products with it read it in
-    the order BLAS prefers. E, al, din, dout, Xk, ab: scratch."""
-    T = k.shape[0]
-    S = np.empty((v.shape[1], k.shape[1]))
+def _chunk_starts(k, v, log_alpha, h0, C, vector, starts):  # pragma: no cover - compiled
+    """Pass 1 of the backward of one (sequence, head): starts[c] = the state at the start of
+    chunk c (the forward's state update, chunk by chunk), kept transposed, S^T (dv, dk), so that
+    the backward's products with it read it in the order BLAS prefers. ``vector`` as in
+    ``_vjp_head``. Called by the worker before ``_vjp_head`` (pass 2), not from it: a compiled
+    function is compiled again inside each compiled caller, so the fewer levels the faster the
+    first call."""
+    T, dk_ = k.shape
+    ab = np.empty(2)
+    gd = np.empty((2, C, log_alpha.shape[1]))
+    din, dout = gd[0], gd[1]
+    E = np.empty((C, C))
+    al = np.empty((C if vector is not None else 0, dk_))
+    Xk = np.empty((C, dk_))
+    S = np.empty((v.shape[1], dk_))
     _copy_t(S, h0)
     for c in range((T + C - 1) // C):
         t0 = c * C
@@ -574,8 +581,9 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector,
     """One (sequence, head); log_alpha and dla (T, 1) for scalar gates, (T, dk) for vector gates
     (``vector``). dq, dk (T, dk) are written, or added to when ``accumulate``.
 
-    ``starts`` (>= ceil(T / C), dv, dk) is scratch for the chunk-start states S^T, reused across
-    the heads one worker processes (a fresh allocation per head would page-fault every time).
+    ``starts`` (>= ceil(T / C), dv, dk) holds the chunk-start states S^T from ``_chunk_starts``,
+    scratch reused across the heads one worker processes (a fresh allocation per head would
+    page-fault every time).
     Scalar gates: ``QK`` holds the chunks' Q K^T from ``_qk_chunks`` (shared by the heads of a
     group).
     """
@@ -595,11 +603,8 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector,
     d1 = np.empty((4, dk_))
     e, w, t1, acc = d1[0], d1[1], d1[2], d1[3]
 
-    # Pass 1: the state at the start of every chunk.
-    _chunk_starts(k, v, log_alpha, h0, C, vector, starts, E, al, din, dout, Xk, ab)
-
-    # Pass 2: chunks in reverse, carrying Gn (the cotangent of the state at the chunk end),
-    # also kept transposed: GnT = Gn^T (dv, dk).
+    # Pass 2 (pass 1, ``_chunk_starts``, filled ``starts``): chunks in reverse, carrying Gn (the
+    # cotangent of the state at the chunk end), also kept transposed: GnT = Gn^T (dv, dk).
     GnT = np.empty((dv_, dk_))
     if has_dh_T:
         _copy_t(GnT, dh_T)
@@ -661,38 +666,34 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector,
     _copy_t(dh0, GnT)
 
 
-@_jit
 def _vjp_worker(w, n_workers, q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector,
-                sb, st0, st1, per_head, dq, dk, dv, dla, dh0):  # pragma: no cover - compiled
-    """Worker w of n_workers: items w, w + n_workers, ... of the (sequence, head) pairs when
-    ``per_head`` (dq, dk (B, H, T, dk), one head each), else of the (sequence, group) items, whose
-    heads run in order, adding into dq, dk (B, G, T, dk). log_alpha and dla are (B, H, T, 1) for
-    scalar gates, (B, H, T, dk) for vector gates (``vector`` None or True, as in
-    ``_forward_worker``)."""
-    G = q.shape[1]
-    T, dk_ = q.shape[2], q.shape[3]
+                sb, st0, st1, per_head, dq, dk, dv, dla, dh0):
+    """Worker w of n_workers (as ``_forward_worker``): items w, w + n_workers, ... of the
+    (sequence, head) pairs when ``per_head`` (dq, dk (B, H, T, dk), one head each), else of the
+    (sequence, group) items, whose heads run in order, adding into dq, dk (B, G, T, dk).
+    log_alpha and dla are (B, H, T, 1) for scalar gates, (B, H, T, dk) for vector gates
+    (``vector`` None or True, as in ``_forward_worker``)."""
+    G, T, dk_ = q.shape[1], q.shape[2], q.shape[3]
     H, dv_ = v.shape[1], v.shape[3]
     hpg = H // G
-    NS = sb.shape[0]
-    n_chunks = (T + C - 1) // C
+    n_chunks = max((T + C - 1) // C, 1)
     per_item = H if per_head else G            # items per sequence
-    heads = 1 if per_head else hpg             # heads per item
     ab = np.empty(2)
-    starts = np.empty((max(n_chunks, 1), dv_, dk_))
-    QK = np.empty((max(n_chunks, 1), C, C))
-    for item in range(w, NS * per_item, n_workers):
-        n = item // per_item
-        x = item - n * per_item            # the head (per_head) or the group
+    starts = np.empty((n_chunks, dv_, dk_))
+    QK = np.empty((n_chunks, C, C))
+    for item in range(w, len(sb) * per_item, n_workers):
+        n, x = divmod(item, per_item)          # x: the head (per_head) or the group
         g = x // hpg if per_head else x
         b, t0, t1 = sb[n], st0[n], st1[n]
+        qn, kn = q[b, g, t0:t1], k[b, g, t0:t1]
         if vector is None:
-            _qk_chunks(q[b, g, t0:t1], k[b, g, t0:t1], C, QK, ab)
-        for j in range(heads):
-            h = x if per_head else g * hpg + j
-            _vjp_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1], log_alpha[b, h, t0:t1],
-                      h0[n, h], do[b, h, t0:t1], dh_T[n, h] if has_dh_T else dh_T[0, 0],
-                      has_dh_T, scale, C, vector, dq[b, x, t0:t1], dk[b, x, t0:t1], j > 0,
-                      dv[b, h, t0:t1], dla[b, h, t0:t1], dh0[n, h], starts, QK)
+            _qk_chunks(qn, kn, C, QK, ab)
+        for j, h in enumerate((x,) if per_head else range(g * hpg, (g + 1) * hpg)):
+            _chunk_starts(kn, v[b, h, t0:t1], log_alpha[b, h, t0:t1], h0[n, h], C, vector, starts)
+            _vjp_head(qn, kn, v[b, h, t0:t1], log_alpha[b, h, t0:t1], h0[n, h], do[b, h, t0:t1],
+                      dh_T[n, h] if has_dh_T else dh_T[0, 0], has_dh_T, scale, C, vector,
+                      dq[b, x, t0:t1], dk[b, x, t0:t1], j > 0, dv[b, h, t0:t1], dla[b, h, t0:t1],
+                      dh0[n, h], starts, QK)
 
 
 def _group_sum(xh, G):
@@ -703,19 +704,6 @@ def _group_sum(xh, G):
     for j in range(1, H // G):
         out += x[:, :, j]
     return out
-
-
-def _run(worker, n_workers: int, *args) -> None:
-    """worker(w, n_workers, *args) for w = 0 .. n_workers - 1, one thread each (the compiled
-    workers release the GIL). The first call in a process runs worker 0 alone, on this thread,
-    so that compiling (or loading from the cache) happens once, here."""
-    todo = list(range(n_workers))
-    if n_workers == 1 or not worker.signatures:
-        worker(todo.pop(0), n_workers, *args)
-    if todo:
-        with ThreadPoolExecutor(max_workers=len(todo)) as pool:
-            for f in [pool.submit(worker, w, n_workers, *args) for w in todo]:
-                f.result()
 
 
 def _c64(x):
@@ -779,7 +767,7 @@ def forward(q, k, v, log_alpha, h0, scale=1.0, cu_seqlens=None):
     grouped = NS * G >= n_threads
     n_workers = max(1, min(n_threads, NS * G if grouped else NS * H))
     with _one_blas_thread():
-        _run(_forward_worker, n_workers, q, k, v, la4, h0, float(scale), C, grouped,
+        run_workers(_forward_worker, n_workers, q, k, v, la4, h0, float(scale), C, grouped,
              True if vector else None, sb, st0, st1, o, h_T)
     return o, h_T
 
@@ -817,7 +805,7 @@ def vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False, cu_seq
         if not grouped:
             dqh = np.zeros((B, H, T, dk))
             dkh = np.zeros((B, H, T, dk))
-            _run(_vjp_worker, n_workers, *args, True, dqh, dkh, dvv, dla4, dh0)
+            run_workers(_vjp_worker, n_workers, *args, True, dqh, dkh, dvv, dla4, dh0)
             if per_head or G == H:
                 return dqh, dkh, dvv, dla, dh0
             dq = _group_sum(dqh, G)
@@ -825,7 +813,7 @@ def vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False, cu_seq
             return dq, _group_sum(dkh, G), dvv, dla, dh0
         dq = np.zeros((B, G, T, dk))
         dkg = np.zeros((B, G, T, dk))
-        _run(_vjp_worker, n_workers, *args, False, dq, dkg, dvv, dla4, dh0)
+        run_workers(_vjp_worker, n_workers, *args, False, dq, dkg, dvv, dla4, dh0)
         return dq, dkg, dvv, dla, dh0
 
 
@@ -839,5 +827,5 @@ def _what(part, vector_index):
     return what
 
 
-note_compile(_forward_worker, _what("forward", 10), 7)
-note_compile(_vjp_worker, _what("gradients", 12), 10)
+note_compile(_forward_head, _what("forward", 7), 5)
+note_compile(_vjp_head, _what("gradients", 10), 8)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numba
@@ -109,9 +110,12 @@ else:
         _impl_class = _Impl
 
 
-def jit(**options):
+def jit(signature=None, **options):
     """``numba.njit(**options)`` with the on-disk cache in ``cache_dir()`` (fastmath is the
-    caller's to state; glaref's oracles pass ``fastmath=False``)."""
+    caller's to state; glaref's oracles pass ``fastmath=False``). With a ``signature`` (a Numba
+    signature string) the function is compiled for it alone, when it is decorated (or loaded
+    from the cache), and every call converts its arguments to it, as with ``numba.njit(sig)``:
+    one compiled version where each layout of the arguments would otherwise be compiled anew."""
     def wrap(func):
         d = njit(cache=_Cache is None, **options)(func)
         if _Cache is not None:
@@ -119,8 +123,28 @@ def jit(**options):
                 d._cache = _Cache(func)
             except (OSError, RuntimeError):   # pragma: no cover - no locator can write anywhere
                 d.enable_caching()
+        if signature is not None:
+            d.compile(signature)
+            d.disable_compile()
         return d
     return wrap
+
+
+def run_workers(worker, n_workers: int, *args) -> None:
+    """worker(w, n_workers, *args) for w = 0 .. n_workers - 1: worker 0 on this thread, the others
+    on one thread each. A worker takes the items w, w + n_workers, ... of independent work and
+    runs them through compiled code that releases the GIL (``nogil=True``), so that each item
+    runs the same code whatever the number of threads; cheaper to compile than a ``prange``
+    loop (Numba's parallel lowering). Numba's compiler lock makes a function that two workers
+    meet uncompiled compile (or load from the cache) once."""
+    if n_workers == 1:
+        worker(0, 1, *args)
+        return
+    with ThreadPoolExecutor(max_workers=n_workers - 1) as pool:
+        rest = [pool.submit(worker, w, n_workers, *args) for w in range(1, n_workers)]
+        worker(0, n_workers, *args)
+        for f in rest:
+            f.result()
 
 
 _NOTES: dict[object, tuple[object, float]] = {}
