@@ -492,9 +492,10 @@ def row_profiles(truth, canonical: dict[str, np.ndarray], dtypes: dict[str, str]
     c = _judge._claimed(claims, declared)
     cdtype = c.compute_dtype or c.dtype
     scales = truth.scales(final, grads)
+    # the verdict's own references (the same design: chunk size and decay form), cached there
     refs = truth.references(final, grads, c.chunk_size,
                             _verdict.reference_arithmetic(cdtype, c.accumulate_dtype,
-                                                          c.operand_dtype))
+                                                          c.operand_dtype), c.decay_form)
     unit = cdtype
     if c.operand_dtype is not None and UNIT_ROUNDOFF[c.operand_dtype] > UNIT_ROUNDOFF[cdtype]:
         unit = c.operand_dtype          # the unit of budget_ulps, as _judge.assess_output has it
