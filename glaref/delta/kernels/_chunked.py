@@ -52,28 +52,34 @@ from jax import lax
 from ..._inputs import check_scale
 from ...kernels import _common as kc
 from ...kernels._chunked import _decays
-from ...kernels._chunked_vector import sub_chunk
+from ...kernels._chunked_vector import _gate_sums, sub_chunk
 from ...kernels._chunks import _GATE_PRECISION
 from . import _common as c
 
 
 def _vector_decays(la):
-    """From one chunk's vector gates la (B, G, R, C, dk): exp(b) and exp(b_last - b) (both
-    (B, G, R, C, dk)), exp(b_last) (B, G, R, dk) and E (B, G, R, C, C, dk), E[i, j] =
-    exp(sum_{j < s <= i} la_s) for j <= i, else 0."""
-    C = la.shape[-2]
-    i = jnp.arange(C)
-    dt = la.dtype
-    incl = (i[:, None] <= i[None, :]).astype(dt)          # incl[s, i] = [s <= i]
-    after = (i[:, None] > i[None, :]).astype(dt)          # after[s, j] = [s > j]
-    seg = ((i[None, None, :] < i[:, None, None]) & (i[:, None, None] <= i[None, :, None])).astype(dt)
-    gate = partial(jnp.einsum, precision=_GATE_PRECISION)
-    b = gate("...sd,si->...id", la, incl)
-    rest = gate("...sd,sj->...jd", la, after)
-    diff = gate("...sd,sij->...ijd", la, seg)             # b_i - b_j, exactly 0 for j >= i
-    mask = (i[:, None] >= i[None, :])[:, :, None]
-    E = jnp.where(mask, jnp.exp(jnp.where(mask, diff, 0.0)), 0.0)
-    return jnp.exp(b), jnp.exp(rest), jnp.exp(b[..., -1, :]), E
+    """E (B, G, R, C, C, dk) of one chunk's vector gates la (B, G, R, C, dk): E[i, j] =
+    exp(sum_{j < s <= i} la_s) for j <= i, else 0.
+
+    The exponents come from the sub-chunk pieces of ``glaref.kernels._chunked_vector``
+    (sub-chunks of c = ``sub_chunk(C)`` steps): for i in sub-chunk J and j in an earlier one S,
+    p_J[i] + mid_{J,S} + x_S[j] (the gates of J up to i, of the sub-chunks between, of S after
+    j: segment sums, never a difference of two cumulative sums); within one sub-chunk the
+    segment sum itself. C^2 dk work per chunk instead of the C^3 dk of one (C, C, C) contraction."""
+    B, G, R, C, dk = la.shape
+    c_ = sub_chunk(C)
+    n = C // c_
+    pc = _gate_sums(la, c_, full=True)[3]
+    m, i = jnp.arange(n), jnp.arange(c_)
+    before = (m[:, None] > m[None, :])[:, None, :, None, None]              # (J, 1, S, 1, 1)
+    expo = (pc["p"][..., :, :, None, None, :] + pc["mid"][..., :, None, :, None, :]
+            + pc["x"][..., None, None, :, :, :])                           # (J, i, S, j, dk)
+    off = jnp.where(before, jnp.exp(jnp.where(before, expo, 0.0)), 0.0)
+    lower = (i[:, None] >= i[None, :])[:, :, None]                          # (i, j, 1)
+    diag = jnp.where(lower, jnp.exp(jnp.where(lower, pc["diag"], 0.0)), 0.0)  # (J, i, j, dk)
+    same = (m[:, None] == m[None, :]).astype(la.dtype)[:, None, :, None, None]
+    E = off + same * diag[..., :, :, None, :, :]
+    return E.reshape(B, G, R, C, C, dk)
 
 
 def _substitute(precision, L):
@@ -146,7 +152,7 @@ def _vector_pairs(cfg: c.Config, q, k, la):
     @jax.checkpoint
     def one(xs):
         qn, kn, lan = xs                                   # (B,G,C,dk), (B,G,C,dk), (B,G,R,C,dk)
-        E = _vector_decays(lan)[3]
+        E = _vector_decays(lan)
         ein = partial(jnp.einsum, precision=cfg.precision)
         return (ein("bgid,bgjd,bgrijd->bgrij", qn, kn, E),
                 ein("bgid,bgjd,bgrijd->bgrij", kn, kn, E))
