@@ -45,12 +45,13 @@ def copy(dst, src):  # pragma: no cover - compiled
 
 @_jit
 def rnd(x, mode):  # pragma: no cover - compiled
-    """x rounded in place to the format of ``mode`` (0: none; the caller passes 0 for anything
+    """x (1-D: callers pass a matrix as ``M.reshape(-1)``, so that one compiled version serves
+    both) rounded in place to the format of ``mode`` (0: none; the caller passes 0 for anything
     but float32 arrays)."""
     if mode == 0:
         return x
     drop = 13 if mode != 2 else 16
-    bits = x.reshape(-1).view(np.uint32)
+    bits = x.view(np.uint32)
     half = np.uint32((1 << (drop - 1)) - 1)
     mask = np.uint32((0xFFFFFFFF >> drop) << drop)
     for i in range(bits.shape[0]):
@@ -73,7 +74,7 @@ def step(S, a, kt, vt, mode_o, mode_s):  # pragma: no cover - compiled
         ki = kt[i]
         for j in range(S.shape[1]):
             S[i, j] = ai * S[i, j] + ki * vt[j]
-    rnd(S, mode_s)
+    rnd(S.reshape(-1), mode_s)
 
 
 @_jit
@@ -116,7 +117,8 @@ def vecmat(x, M, out, mode_o, mode_s, order):  # pragma: no cover - compiled
     """out = x M (x: (m,), M: (m, n)): each entry a dot product over m, operands rounded
     to ``mode_o``, the result to ``mode_s``."""
     xr = rnd(x.copy(), mode_o)
-    Mt = rnd(M.T.copy(), mode_o)
+    Mt = M.T.copy()
+    rnd(Mt.reshape(-1), mode_o)
     acc = np.empty(9, M.dtype)
     for j in range(Mt.shape[0]):
         out[j] = dot(xr, Mt[j], acc, order)
@@ -126,7 +128,8 @@ def vecmat(x, M, out, mode_o, mode_s, order):  # pragma: no cover - compiled
 @_jit
 def matvec(M, y, out, mode_o, mode_s, order):  # pragma: no cover - compiled
     """out = M y (M: (m, n), y: (n,)): each entry a dot product over n."""
-    Mr = rnd(M.copy(), mode_o)
+    Mr = M.copy()
+    rnd(Mr.reshape(-1), mode_o)
     yr = rnd(y.copy(), mode_o)
     acc = np.empty(9, M.dtype)
     for i in range(Mr.shape[0]):
@@ -147,7 +150,7 @@ def frob(A, Bm, order):  # pragma: no cover - compiled
         return s
     rows = np.empty(A.shape[0], A.dtype)
     for i in range(A.shape[0]):
-        rows[i] = dot(A[i], Bm[i], acc)
+        rows[i] = dot(A[i], Bm[i], acc, order)       # order is 0 here
     n = rows.shape[0]
     while n > 1:
         h = n // 2
@@ -234,7 +237,7 @@ def _vjp_rows(w, n_workers, qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s, 
                 for i in range(dk):
                     for j in range(dv):
                         Gt[i, j] = Gc[i, j] + qr[i] * dr[j]
-                rnd(Gt, mode_s)
+                rnd(Gt.reshape(-1), mode_s)
                 matvec(blk[t - t0 + 1], sdo, tmp_k, mode_o, mode_s, order)
                 for i in range(dk):
                     dq[b, h, t, i] = tmp_k[i]
@@ -254,7 +257,7 @@ def _vjp_rows(w, n_workers, qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s, 
                     ai = a[i] if g > 1 else a[0]
                     for j in range(dv):
                         Gc[i, j] = ai * Gt[i, j]
-                rnd(Gc, mode_s)
+                rnd(Gc.reshape(-1), mode_s)
         copy(dh0[b, h], Gc)
 
 

@@ -156,16 +156,6 @@ def _vec_decays(log_alpha, t0, L, al, din, dout):  # pragma: no cover - compiled
             dout[j, i] = dout[j + 1, i] * al[j + 1, i]
 
 
-@_jit
-def _gate_decays(vector, log_alpha, t0, L, E, al, din, dout):  # pragma: no cover - compiled
-    """din, dout (rows 0..L-1) of the chunk starting at t0, and E (L x L, scalar gates) or the
-    chunk's alphas al (L x dk, vector gates). The chunk's total decay atot is din[L - 1]."""
-    if vector is not None:
-        _vec_decays(log_alpha, t0, L, al, din, dout)
-    else:
-        _decays(log_alpha, t0, L, E, din, dout)
-
-
 _N = np.int8(ord("N"))
 _T = np.int8(ord("T"))
 _D = np.int8(ord("d"))
@@ -444,7 +434,10 @@ def _forward_head(q, k, v, log_alpha, h0, scale, C, vector, o, h_T, QK):  # prag
         K = k[t0:t0 + L]
         Ac = A[:L, :L]
         Xc = Xd[:L]
-        _gate_decays(vector, log_alpha, t0, L, E[:L, :L], al, din, dout)
+        if vector is not None:
+            _vec_decays(log_alpha, t0, L, al, din, dout)
+        else:
+            _decays(log_alpha, t0, L, E[:L, :L], din, dout)
         if vector is not None:
             _vec_pairs(Q, K, al, L, Ac, e, w, None, scale, Xc, Xc, Xc, Xc)
         else:
@@ -509,7 +502,10 @@ def _chunk_starts(k, v, log_alpha, h0, C, vector, starts):  # pragma: no cover -
         t0 = c * C
         L = min(C, T - t0)
         _copy(starts[c], S)
-        _gate_decays(vector, log_alpha, t0, L, E[:L, :L], al, din, dout)
+        if vector is not None:
+            _vec_decays(log_alpha, t0, L, al, din, dout)
+        else:
+            _decays(log_alpha, t0, L, E[:L, :L], din, dout)
         _advance(S, din[L - 1], dout, k[t0:t0 + L], v[t0:t0 + L], 1.0, vector, True, Xk[:L], ab)
 
 
@@ -624,7 +620,10 @@ def _vjp_head(q, k, v, log_alpha, h0, do, dh_T, has_dh_T, scale, C, vector,
         # dq, dk written in place when this head is the first (or only) contribution to them
         Yqc = Yq[:L] if accumulate else dq[t0:t0 + L]
         Ykc = Yk[:L] if accumulate else dk[t0:t0 + L]
-        _gate_decays(vector, log_alpha, t0, L, E[:L, :L], al, din, dout)
+        if vector is not None:
+            _vec_decays(log_alpha, t0, L, al, din, dout)
+        else:
+            _decays(log_alpha, t0, L, E[:L, :L], din, dout)
 
         _gemm(_N, _T, 1.0, dO, V, 0.0, dAc, ab)   # dA[r, s] = do_r . v_s
         if vector is not None:
@@ -817,9 +816,10 @@ def vjp(q, k, v, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False, cu_seq
         return dq, dkg, dvv, dla, dh0
 
 
-# The one line on stderr while a worker compiles (glaref._numba_cache); seconds: the CPU time of
-# the first call with a cold cache on a 2-core x86-64 machine (docs/reports/first_hour_cpu.txt:
-# 8.8 s and 11.8 s for the whole process, of which ~1.5 s is starting Python and Numba).
+# The one line on stderr while a per-head function compiles (glaref._numba_cache); seconds: the
+# CPU time of the first call's compile with a cold cache on a 2-core x86-64 machine
+# (docs/reports/cold_start_cpu.txt gives the whole process's, ~1.5 s more: starting Python and
+# Numba).
 def _what(part, vector_index):
     def what(args):
         gates = "scalar" if isinstance(args[vector_index], types.NoneType) else "vector"
@@ -827,5 +827,5 @@ def _what(part, vector_index):
     return what
 
 
-note_compile(_forward_head, _what("forward", 7), 5)
-note_compile(_vjp_head, _what("gradients", 10), 8)
+note_compile(_forward_head, _what("forward", 7), 4)
+note_compile(_vjp_head, _what("gradients", 10), 6)
