@@ -42,7 +42,7 @@ from .tolerances import UNIT_ROUNDOFF, lookup, tol
 
 # key: (what the profile shows, the class of bug it points to)
 PATTERNS: dict[str, tuple[str, str]] = {
-    "nonfinite": ("{count} non-finite values, the first at {first}",
+    "nonfinite": ("{count} non-finite values, the first at {first_at}",
                   "an overflow: exp of an unbounded argument (split exponentials), a division by a "
                   "vanishing decay, or uninitialised memory"),
     "zero": ("the output is missing (x = {factor:.2g} ref)",
@@ -338,7 +338,8 @@ def pattern(p: Profile) -> Finding:
     wins; docs/where.md gives each criterion), or SPREAD with the profile's figures."""
     if p.nonfinite:
         return Finding(p.output, "nonfinite", {"count": p.nonfinite,
-                                               "first": tuple(p.first_nonfinite or ())})
+                                               "first": tuple(p.first_nonfinite or ()),
+                                               "first_at": _lettered(p.output, p.first_nonfinite)})
     n_cols = len(p.columns) if p.columns is not None else 0
     if p.zero_columns and len(p.zero_columns) <= CLEAN_FRACTION * n_cols:
         return Finding(p.output, "columns", {"which": p.zero_columns, "n": n_cols,
@@ -399,7 +400,8 @@ def _even(values) -> bool:
 
 
 def _spread_figures(p: Profile) -> dict[str, Any]:
-    fig: dict[str, Any] = {"worst": p.worst, "worst_index": p.worst_index, "total": p.total}
+    fig: dict[str, Any] = {"worst": p.worst, "worst_index": p.worst_index, "total": p.total,
+                           "worst_at": _lettered(p.output, p.worst_index)}
     E = _arr(p.time)
     if E is not None and E.size and np.all(np.isfinite(E)):
         fig.update(t_max=int(np.argmax(E)) * p.time_bin, E_max=float(np.max(E)),
@@ -411,8 +413,16 @@ def _spread_figures(p: Profile) -> dict[str, Any]:
     return fig
 
 
+def _lettered(name: str, index) -> str:
+    """A canonical index with its axes named, "(b, h, t, d) = (0, 1, 5, 0)", so that a reader
+    of another layout cannot mistake it (the profile keeps glaref's canonical index)."""
+    at = tuple(int(i) for i in (index or ()))
+    letters = _AXES.get(name, "")[:len(at)]
+    return f"({', '.join(letters)}) = {at}" if at and len(letters) == len(at) else str(at)
+
+
 def _spread_words(f: dict[str, Any]) -> str:
-    parts = [f"the error is spread (worst {f['worst']:.3g} budget units at {tuple(f['worst_index'] or ())}"]
+    parts = [f"the error is spread (worst {f['worst']:.3g} budget units at {f['worst_at']}"]
     if "t_max" in f:
         parts.append(f"per step at most {f['E_max']:.3g} (t = {f['t_max']}), median {f['E_median']:.3g}")
     if "head_max" in f:

@@ -158,6 +158,8 @@ def test_nonfinite_names_the_first_index():
     p = _where.profile("o", x, ref, scale, compute_dtype="float32", dims=DIMS)
     f = _where.pattern(p)
     assert f.pattern == "nonfinite" and f.figures["first"] == (0, 2, 5, 1)
+    # the sentence names the axes of glaref's canonical index, for readers of another layout
+    assert "the first at (b, h, t, d) = (0, 2, 5, 1)" in f.words()
 
 
 def test_worst_index_and_profile_summary_are_json():
