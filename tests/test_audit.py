@@ -594,3 +594,22 @@ def test_the_example_user_kernels_pass_and_fail_as_docs_reports_audit_examples_s
     assert r["ok"] is False and list(r["failed_tier"]) == ["q"], r
     # dq * 1.01: a normwise relative error of 0.01, plus at most the float32 kernel's own error
     assert r["rel_err_grads"]["q"] == pytest.approx(0.01, abs=1.01 * tol("audit_rel_err_float32"))
+
+
+def test_rows_of_one_program_share_its_compile():
+    """Rows of the same kernel, mode and shapes (two regimes here) compile one program: the
+    kernel is traced for compiling once, not once per row, and both rows carry that compile's
+    figure; a packed row (its offsets baked in) would compile its own."""
+    traced = []
+
+    def kernel(q, k, v, log_alpha, h0):
+        traced.append(1)
+        return glaref.kernels.scan(q, k, v, log_alpha, h0)
+
+    recs = glaref.audit([kernel], TINY, [9], ["fwd"], regimes="standard,strong_decay",
+                        repeats=0, oracle_impl="numpy")
+    assert len(recs) == 2 and all(r["ok"] for r in recs), recs
+    # one trace for the structure (jax.eval_shape, cached across rows of equal shapes) and one
+    # for the single compile; a compile per row traces a third time
+    assert len(traced) == 2, len(traced)
+    assert recs[0]["compile_s"] == recs[1]["compile_s"] > 0

@@ -1,6 +1,8 @@
 """Cost of one jitted kernel call: compile time, XLA memory, residual memory and run time.
 
-- compile_s: wall time of ``jax.jit(f).lower(*args).compile()`` (tracing, lowering, XLA).
+- compile_s: wall time of ``jax.jit(f).lower(*args).compile()`` (tracing, lowering, XLA), measured
+  the first time an audit compiles the program: rows of the same kernel, mode, argument shapes
+  and dtypes (other regimes, seeds) reuse it and repeat its figure.
 - xla_temp_mb / xla_arg_mb / xla_out_mb: ``compiled.memory_analysis()`` in MiB; null when the
   backend reports none (never estimated). The fwd program is the kernel itself; the fwd_bwd
   program takes (q, k, v, log_alpha, h0, do[, dh_T]) and returns (o[, h_T], the five gradients),
