@@ -12,29 +12,23 @@ numbers:
     forward, pass 1   S~[i] = a_i S[i];  p += k_i S~[i]           (p = S~^T k)
             then      r = v - p,  u = beta r
             pass 2    S[i] = S~[i] + k_i u;  o_acc += q_i S[i]   (o = scale S^T q)
-    backward, pass 0  the forward again, keeping the checkpoints below, and on the way
-                      dq_i = scale S_t[i] . do_t        (S_t[i] = S~_t[i] + k_i u)
-    then, per block in reverse, on its recomputed states:
-              pass 1  G[i] = C[i] + scale q_i do;  du += k_i G[i]
+    backward, on the block's recomputation   dq_i = scale S_t[i] . do
+              pass 1  G[i] = C[i] + scale q_i do;  du += k_i G[i];  gu_i = G[i] . u
             then      dv = beta du,  dbeta = r . du,  w = beta du
-              pass 2  D[i] = G[i] - k_i w   (D = dS~);   C[i] = a_i D[i]
-                      dk_i = G[i] . u - S~[i] . w;   dlog_alpha(_i) += S~[i] . D[i]
+            pass 2    S~[i] = a_i S_{t-1}[i];  D[i] = G[i] - k_i w        (D = dS~)
+                      dk_i = gu_i - S~[i] . w;  dlog_alpha(_i) += S~[i] . D[i];  C[i] = a_i D[i]
 
 Each row's part of a pass needs only that row, so a step costs one sweep over the state: the
 forward's pass 2 of step t runs in the same loop as pass 1 of step t + 1 (the buffer then holds
-S~_{t+1}), and the backward's pass 2 of step t in the same loop as pass 1 of step t - 1. Sums
-over the rows i (S~^T k, S^T q, G^T k) are axpys over the columns, vectorised, in the order
-i = 0, 1, ...; sums over a row (dq_i, G[i] . u, S~[i] . w, S~[i] . D[i]) are
-``glaref._numba._dot``'s sums (eight partial sums in a fixed order): the products are written
-in the sweep's vector loops and added by ``_sum8`` in that order, the same bits. Row sums run
-as scalar code, each about as costly as a vectorised sweep over the state: the backward's four
-per row and step are most of its time. Loops over the columns are split so that each touches
-few arrays: the compiler vectorises a loop only when its run-time overlap checks stay few. The
-backward keeps S~ and S~^T k of the first step of every ``block_size(T)`` steps (32 up to
-T = 8192, then T / 256) in a per-worker buffer and recomputes the decayed states S~_t of one
-block at a time from its checkpoint (never by inverting a step): memory bounded, time linear
-in T. The states are the products the equations use (S~_t = A_t S_{t-1}, rounded once), so
-storing them changes no bit.
+S~_{t+1}), and the backward's pass 2 of step t in the same loop as pass 1 of step t - 1. Row dot
+products are ``glaref._numba._dot``'s sums (eight partial sums in a fixed order): the products
+are written in the sweep's vector loop and added by ``_sum8`` in that order, the same bits;
+every other loop is an axpy over j whose order does not depend on anything. The backward keeps
+S~ and S~^T k of the first step of every ``block_size(T)`` steps (32 up to T = 8192, then
+T / 256) in a per-worker buffer and recomputes the decayed states S~_t of one block at a time
+from its checkpoint (never by inverting a step): small blocks keep the recomputed states near
+the cache, and the time linear in T. The states are the products the equations use (S~_t =
+A_t S_{t-1}, rounded once), so storing them changes no bit.
 
 Determinism: kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs over workers
 that take independent items, (sequence, group) pairs, with the time loop serial inside and a
@@ -189,28 +183,22 @@ def _forward_kernel(q, k, v, beta, la, h0, scale, sb, st0, st1, o, h_T):  # prag
 
 
 @njit(**_JIT)
-def _adjoint_rows(Cc, scale, q_t, k_t, do_t, du):  # pragma: no cover - compiled
-    """Pass 1 of step t alone: G = C + scale q do^T in place, du = G^T k."""
+def _adjoint_rows(Cc, scale, q_t, k_t, do_t, u, du, gu, pg):  # pragma: no cover - compiled
+    """Pass 1 of step t alone: G = C + scale q do^T in place, du = G^T k, gu = G u (pg:
+    scratch for a row's products)."""
     dk_, dv_ = Cc.shape
     for m in range(dv_):
         du[m] = 0.0
     for i in range(dk_):
         sq = scale * q_t[i]
+        ki = k_t[i]
         Gi = Cc[i]
         for m in range(dv_):
-            Gi[m] = Gi[m] + sq * do_t[m]
-        ki = k_t[i]
-        for m in range(dv_):
-            du[m] += ki * Gi[m]
-
-
-@njit(**_JIT)
-def _put(out, t, i, x, accumulate):  # pragma: no cover - compiled
-    """out[t, i] = x, or += x when ``accumulate`` (a group's later heads)."""
-    if accumulate:
-        out[t, i] += x
-    else:
-        out[t, i] = x
+            g = Gi[m] + sq * do_t[m]
+            Gi[m] = g
+            du[m] += ki * g
+            pg[m] = g * u[m]
+        gu[i] = _sum8(pg)
 
 
 @njit(**_JIT)
@@ -234,77 +222,89 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
     a = np.empty(dk_)
     p = np.empty(dv_)
     u = np.empty(dv_)
+    row = np.empty(dv_)
     pq = np.empty(dv_)
-    pk = np.empty(dv_)
     pw = np.empty(dv_)
     pD = np.empty(dv_)
+    pg = np.empty(dv_)
     S = np.empty((dk_, dv_))
     S[:, :] = h0
-    # Pass 1, the forward: S~ and S~^T k of the first step of every block of C steps, and
-    # dq_t = scale S_t do_t (S_t = S~_t + k_t u_t^T, row by row).
+    # Pass 1: S~ and S~^T k of the first step of every block of C steps.
     _alphas(la[0], a)
     _decay_rows(S, a, k[0], p)
     for t in range(T):
         if t % C == 0:
             ckpt[t // C] = S
             ckp[t // C] = p
+        if t + 1 == T:
+            break
         _residual(v[t], beta[t], p, u, u)
-        last = t + 1 == T
-        k_t, do_t = k[t], do[t]
-        k_n = k_t
-        if not last:
-            _alphas(la[t + 1], a)
-            k_n = k[t + 1]
+        _alphas(la[t + 1], a)
+        k_t, k_n = k[t], k[t + 1]
         for m in range(dv_):
             p[m] = 0.0
         for i in range(dk_):
             ki = k_t[i]
+            ai = a[i]
+            kn = k_n[i]
             Si = S[i]
             for m in range(dv_):
-                pq[m] = (Si[m] + ki * u[m]) * do_t[m]
-            _put(dq, t, i, scale * _sum8(pq), accumulate)
-            if not last:
-                ai = a[i]
-                kn = k_n[i]
-                for m in range(dv_):
-                    s = ai * (Si[m] + ki * u[m])
-                    Si[m] = s
-                    p[m] += kn * s
+                s = ai * (Si[m] + ki * u[m])
+                Si[m] = s
+                p[m] += kn * s
     # Pass 2: blocks in reverse; Cc carries dL/dS_t from the later steps.
     du = np.empty(dv_)
     dun = np.empty(dv_)
     w = np.empty(dv_)
-    ut = np.empty(dv_)
+    gu = np.empty(dk_)
+    gun = np.empty(dk_)
     for c in range((T + C - 1) // C - 1, -1, -1):
         start = c * C
         L = min(C, T - start)
-        # Recompute S~_t and r_t of the block, one pass over the rows per step.
+        # Recompute S~_t and r_t of the block, one pass over the rows per step; dq_t =
+        # scale S_t do_t needs no carry, so it is taken here, from the row just computed.
         states[0] = ckpt[c]
         p[:] = ckp[c]
         for j in range(L):
             t = start + j
             _residual(v[t], beta[t], p, rs[j], u)
-            if j + 1 == L:
-                break
-            _alphas(la[t + 1], a)
-            k_t, k_n = k[t], k[t + 1]
-            Sc, Sn = states[j], states[j + 1]
-            for m in range(dv_):
-                p[m] = 0.0
+            k_t, do_t = k[t], do[t]
+            nxt = j + 1 < L
+            k_n, Sn = k_t, states[j]
+            if nxt:
+                _alphas(la[t + 1], a)
+                k_n, Sn = k[t + 1], states[j + 1]
+                for m in range(dv_):
+                    p[m] = 0.0
+            Sc = states[j]
             for i in range(dk_):
                 ki = k_t[i]
-                ai = a[i]
-                kn = k_n[i]
                 Si = Sc[i]
-                Sni = Sn[i]
                 for m in range(dv_):
-                    s = ai * (Si[m] + ki * u[m])
-                    Sni[m] = s
-                    p[m] += kn * s
+                    s = Si[m] + ki * u[m]
+                    row[m] = s
+                    pq[m] = s * do_t[m]
+                x = scale * _sum8(pq)
+                if accumulate:
+                    dq[t, i] += x
+                else:
+                    dq[t, i] = x
+                if nxt:
+                    ai = a[i]
+                    kn = k_n[i]
+                    Sni = Sn[i]
+                    for m in range(dv_):
+                        s = ai * row[m]
+                        Sni[m] = s
+                        p[m] += kn * s
         # Backward through the block: pass 1 of the last step alone, then per step t its
         # pass 2 fused with pass 1 of step t - 1 (inside the block), row by row.
         t = start + L - 1
-        _adjoint_rows(Cc, scale, q[t], k[t], do[t], du)
+        b_t = beta[t]
+        r = rs[L - 1]
+        for m in range(dv_):
+            u[m] = b_t * r[m]
+        _adjoint_rows(Cc, scale, q[t], k[t], do[t], u, du, gu, pg)
         for j in range(L - 1, -1, -1):
             t = start + j
             r = rs[j]
@@ -314,13 +314,15 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
             for m in range(dv_):
                 dv[t, m] = b_t * du[m]
                 w[m] = b_t * du[m]
-                ut[m] = b_t * r[m]
             dbeta[t] = _dot(r, du)
             prev = j > 0
             tp = t - 1 if prev else t
             q_p, k_p, do_p = q[tp], k[tp], do[tp]
             if prev:
+                b_p = beta[tp]
+                r_p = rs[j - 1]
                 for m in range(dv_):
+                    u[m] = b_p * r_p[m]
                     dun[m] = 0.0
             Sc = states[j]
             total = 0.0
@@ -329,30 +331,39 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
                 ki = k_t[i]
                 Gi = Cc[i]
                 St = Sc[i]
-                for m in range(dv_):
-                    pk[m] = Gi[m] * ut[m]
-                    pw[m] = St[m] * w[m]
-                _put(dk, t, i, _sum8(pk) - _sum8(pw), accumulate)
-                sq = scale * q_p[i] if prev else 0.0
-                for m in range(dv_):
-                    d = Gi[m] - ki * w[m]
-                    pD[m] = St[m] * d
-                    Gi[m] = ai * d
+                if prev:
+                    sq = scale * q_p[i]
+                    kp = k_p[i]
+                    for m in range(dv_):
+                        d = Gi[m] - ki * w[m]
+                        pw[m] = St[m] * w[m]
+                        pD[m] = St[m] * d
+                        g = ai * d + sq * do_p[m]
+                        Gi[m] = g
+                        dun[m] += kp * g
+                        pg[m] = g * u[m]
+                    gun[i] = _sum8(pg)
+                else:
+                    for m in range(dv_):
+                        d = Gi[m] - ki * w[m]
+                        pw[m] = St[m] * w[m]
+                        pD[m] = St[m] * d
+                        Gi[m] = ai * d
+                x = gu[i] - _sum8(pw)
+                if accumulate:
+                    dk[t, i] += x
+                else:
+                    dk[t, i] = x
                 y = _sum8(pD)
                 if vector:
                     dla[t, i] = y
                 else:
                     total += y
-                if prev:
-                    kp = k_p[i]
-                    for m in range(dv_):
-                        g = Gi[m] + sq * do_p[m]
-                        Gi[m] = g
-                        dun[m] += kp * g
             if not vector:
                 dla[t, 0] = total
             if prev:
                 du, dun = dun, du
+                gu, gun = gun, gu
 
 
 @njit(parallel=True, **_JIT)
