@@ -29,6 +29,8 @@ import numpy as np
 
 from . import _inputs
 from ._inputs import _KIND, OUTPUTS, Problem
+from ._oracle import _quiet, _warn_nonfinite, backend
+from ._reference import _group_sum, dlog_alpha_identity
 
 
 class Scales(NamedTuple):
@@ -49,8 +51,6 @@ class Scales(NamedTuple):
 def problem_scales(p: Problem, scale: float = 1.0, impl: str = "numba") -> dict[str, np.ndarray]:
     """Per-element scales of canonical problem ``p``: keys o, h_T and, when ``p.do`` is given,
     q, k, v, log_alpha (direct form), h0 and log_alpha_identity. Arrays are canonical "bhtd"."""
-    from ._oracle import backend
-    from ._reference import _group_sum, dlog_alpha_identity
 
     be = backend(impl)
     a = np.abs
@@ -86,7 +86,6 @@ def scales(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, scale=1.0, layout
     (B, H, T, dk)) and packed sequences (``cu_seqlens``) as in ``glaref.vjp``; the scales of
     dlog_alpha then have log_alpha's shape.
     """
-    from ._oracle import _quiet, _warn_nonfinite
 
     p = _inputs.canonicalize(q, k, v, log_alpha, h0, do, dh_T, layout=layout,
                              allow_nonfinite=allow_nonfinite, cu_seqlens=cu_seqlens)

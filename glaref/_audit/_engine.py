@@ -29,7 +29,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from .. import _claims, _verdict
+from .. import _claims, _probes, _verdict
 from .._claims import Claims
 from .._errors import AuditUsageError, NonFiniteError
 from .._frameworks import FRAMEWORKS
@@ -162,8 +162,6 @@ def _probe(a: _Audit, subject: Subject, where: _records.Where, m, problem) -> li
     """The probes ``a.probes`` on one row's kernel and problem (glaref._probes), run through a
     runner of the kernel's framework (for JAX, one per kernel for the whole audit, given the
     row's compiled program for the row's shape: ``problem``) and judged with its claims."""
-    from .. import _probes
-
     r = a.runner
     if isinstance(r, JaxRunner):
         run = a.probe_runners.get(id(subject))
@@ -308,13 +306,11 @@ class JaxOptions:
 
 def check_probes(probes) -> tuple[str, ...]:
     """``probes`` as the audit takes it (None/False, True/"all", or names), checked."""
-    from .._probes import PROBES
-
     if probes is None or probes is False:
         return ()
     if probes is True or probes == "all":
-        return PROBES
-    return tuple(_args.choices("probes", probes, PROBES))
+        return _probes.PROBES
+    return tuple(_args.choices("probes", probes, _probes.PROBES))
 
 
 def audit_jax(impls: list, rows: _args.Rows, claims: Claims,

@@ -25,7 +25,9 @@ from typing import Any, Iterable, TextIO
 from .._errors import AuditEnvironmentError, AuditUsageError
 from .._inputs import FORWARD, GRADS, OUTPUTS
 from .._judge import Mismatch
+from .._probes import ProbeResult
 from .._where import where_lines
+from ..tolerances import tol
 from ._presets import coverage
 
 # Record keys beyond the seed report's (tests hold the schema to exactly these).
@@ -230,7 +232,6 @@ LEGEND = (
 
 
 def legend() -> str:
-    from ..tolerances import tol
     return LEGEND.format(R=tol("calibrated_ratio"))
 
 
@@ -315,8 +316,6 @@ class Table:
 def extra_lines(r: dict[str, Any]) -> list[str]:
     """The lines under a row: its failing outputs' mismatched elements (``mismatch_line``), its
     diagnosis (glaref._where) and its probes' results, indented."""
-    from .._probes import ProbeResult
-
     lines = [f"  {n}: {mismatch_line(mm, r.get('layout', 'bhtd'))}"
              for n, mm in (r.get("mismatched") or {}).items()]
     lines += [f"  where: {r['diagnosis']}"] if r.get("diagnosis") else []
@@ -440,7 +439,6 @@ def notes(records: list[dict[str, Any]], most: int = 6) -> list[str]:
 
 
 def _ratio() -> float:
-    from ..tolerances import tol
     return tol("calibrated_ratio")
 
 
