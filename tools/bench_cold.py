@@ -25,7 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from first_hour import ROOT, load, machine, time_audit, time_call  # noqa: E402
+from first_hour import ROOT, load, machine, time_audit, time_call, write  # noqa: E402
 
 BEGIN = "# ---- tools/bench_cold.py: begin (regenerated; edit outside the markers) ----"
 END = "# ---- tools/bench_cold.py: end ----"
@@ -101,21 +101,6 @@ def run(trees: dict[str, str], repeats: int, steps: tuple[str, ...]) -> list[str
     return out
 
 
-def write(path: str, lines: list[str]) -> None:
-    block = "\n".join([BEGIN, *lines, END]) + "\n"
-    old = ""
-    if os.path.exists(path):
-        with open(path) as f:
-            old = f.read()
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1].lstrip("\n")
-    else:
-        text = block + ("\n" + old if old else "")
-    with open(path, "w") as f:
-        f.write(text)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tree", default=ROOT, help="the checkout measured (default: this one)")
@@ -139,7 +124,7 @@ def main(argv=None) -> int:
     lines = run(trees, a.repeats, steps)
     print("\n".join(lines))
     if a.out != "-":
-        write(a.out, lines)
+        write(a.out, lines, BEGIN, END)
     return 0
 
 

@@ -168,15 +168,17 @@ def run(tree: str, label: str, audit_args: list[str], skip_audit: bool) -> list[
     return out
 
 
-def write(path: str, lines: list[str]) -> None:
-    block = "\n".join([BEGIN, *lines, END]) + "\n"
+def write(path: str, lines: list[str], begin: str = BEGIN, end: str = END) -> None:
+    """``lines`` into ``path`` between the markers ``begin`` and ``end`` (replacing what was
+    between them, keeping the rest; at the top when the file has no markers yet)."""
+    block = "\n".join([begin, *lines, end]) + "\n"
     old = ""
     if os.path.exists(path):
         with open(path) as f:
             old = f.read()
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1].lstrip("\n")
+    if begin in old and end in old:
+        head, rest = old.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1].lstrip("\n")
     else:
         text = block + ("\n" + old if old else "")
     with open(path, "w") as f:

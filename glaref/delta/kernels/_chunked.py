@@ -259,10 +259,7 @@ def chunked(q, k, v, beta, log_alpha, h0=None, *, chunk_size: int = 64, layout: 
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size: got {chunk_size!r}, expected a positive int")
     if cu_seqlens is not None:
-        B, _, _, T, _, _ = c.check_inputs(q, k, v, beta, log_alpha, None, layout)
-        cu = kc.static_cu_seqlens(cu_seqlens, B, T)
-        c.check_inputs(q, k, v, beta, log_alpha, h0, layout, n_states=len(cu) - 1)
-        return c.run_packed(chunked, cu, q, k, v, beta, log_alpha, h0, layout=layout,
+        return c.run_packed(chunked, cu_seqlens, q, k, v, beta, log_alpha, h0, layout=layout,
                             return_final_state=return_final_state, chunk_size=chunk_size,
                             scale=scale, precision=precision)
     B, G, H, T, dk, dv = c.check_inputs(q, k, v, beta, log_alpha, h0, layout)

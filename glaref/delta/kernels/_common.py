@@ -133,10 +133,14 @@ def residual_free(forward, backward):
     return core
 
 
-def run_packed(fn, cu: np.ndarray, q, k, v, beta, log_alpha, h0, *, layout: str,
+def run_packed(fn, cu_seqlens, q, k, v, beta, log_alpha, h0, *, layout: str,
                return_final_state: bool, **kw):
-    """``fn`` (a delta kernel) on the N packed sequences of ``cu``, run as a batch of N rows
-    zero-padded to the longest (``glaref.kernels._common.run_packed``, with beta)."""
+    """``fn`` (a delta kernel) on the N packed sequences of ``cu_seqlens`` (checked here, with
+    the inputs and h0's N states), run as a batch of N rows zero-padded to the longest
+    (``glaref.kernels._common.run_packed``, with beta)."""
+    B, _, _, T, _, _ = check_inputs(q, k, v, beta, log_alpha, None, layout)
+    cu = kc.static_cu_seqlens(cu_seqlens, B, T)
+    check_inputs(q, k, v, beta, log_alpha, h0, layout, n_states=len(cu) - 1)
     T = q.shape[2 if layout == "bhtd" else 1]
     ax = 2 if layout == "bhtd" else 1
     lens = np.diff(cu)

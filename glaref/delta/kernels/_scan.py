@@ -133,10 +133,7 @@ def scan(q, k, v, beta, log_alpha, h0=None, *, layout: str = "bhtd", scale: floa
     """
     layout = kc.check_layout(layout)
     if cu_seqlens is not None:
-        B, _, _, T, _, _ = c.check_inputs(q, k, v, beta, log_alpha, None, layout)
-        cu = kc.static_cu_seqlens(cu_seqlens, B, T)
-        c.check_inputs(q, k, v, beta, log_alpha, h0, layout, n_states=len(cu) - 1)
-        return c.run_packed(scan, cu, q, k, v, beta, log_alpha, h0, layout=layout,
+        return c.run_packed(scan, cu_seqlens, q, k, v, beta, log_alpha, h0, layout=layout,
                             return_final_state=return_final_state, scale=scale,
                             precision=precision, checkpoint_every=checkpoint_every)
     B, G, H, T, dk, dv = c.check_inputs(q, k, v, beta, log_alpha, h0, layout)
