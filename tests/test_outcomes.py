@@ -85,8 +85,9 @@ def test_the_plot_marks_less_accurate_outputs_apart_from_ok_and_failed_ones(rec,
     assert "h_T" in less, rec["outcomes"]
     assert marked("rel_err h_T", "D") == [1000, 2000, 4000]
     assert marked("rel_err h_T", "x") == []
-    assert marked("rel_err dq", "x") == [2000]
-    for title, name in (("rel_err o", "o"), ("rel_err dv", "v"), ("rel_err dh0", "h0")):
+    assert marked("rel_err q (gradient)", "x") == [2000]
+    for title, name in (("rel_err o", "o"), ("rel_err v (gradient)", "v"),
+                        ("rel_err h0 (gradient)", "h0")):
         if name not in less:                                      # ok: no mark at all
             assert marked(title, "D") == marked(title, "x") == [], title
     labels = [t.get_text() for t in fig.legends[0].get_texts()]

@@ -36,7 +36,7 @@ def test_a_where_panel_draws_the_error_the_band_and_the_chunk_boundaries():
         verticals = [ln for ln in ax.get_lines()[2:] if len(set(ln.get_xdata())) == 1]
         assert sorted(ln.get_xdata()[0] for ln in verticals) == [4, 8]
         assert ax.get_yscale() == "log"
-        assert ax.get_title() == "user:kernel T=10 strong_decay: dq per step (budget units)"
+        assert ax.get_title() == "user:kernel T=10 strong_decay: q (gradient) per step (budget units)"
         assert "chunks of 4" in ax.get_xlabel()
     finally:
         plt.close(fig)

@@ -31,7 +31,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from glaref._audit._report import SHORT  # noqa: E402
 from glaref._inputs import OUTPUTS  # noqa: E402
 
 
@@ -50,7 +49,7 @@ def _cell(recs: list[dict]) -> str:
     mark = "!" if any(r["nonfinite"].get(n) for r in recs for n in bad) else ""
     if bad == set(OUTPUTS):
         return "all" + mark
-    return ",".join(SHORT[n] for n in OUTPUTS if n in bad) + mark
+    return ",".join(n for n in OUTPUTS if n in bad) + mark
 
 
 def _worst(recs: list[dict], name: str) -> tuple[float, float, float]:
@@ -136,7 +135,7 @@ def main(argv=None) -> int:
                     title = f"{impl}, {dtype}" + (f" (accumulating in {acc})" if acc else "")
                     print(f"\nWorst ratio to the reference kernels' error (allowed {allowed:g}x) "
                           f"| budget_ulps (proven bound) per output, {title}  [{label}]")
-                    print("regime".ljust(13) + "".join(SHORT[n].rjust(24) for n in OUTPUTS)
+                    print("regime".ljust(13) + "".join(n.rjust(24) for n in OUTPUTS)
                           + "  verdict")
                     for r, cases in by(rs, "regime").items():
                         record["correct"].setdefault(f"{impl} {dtype}", {})[r] = cases
