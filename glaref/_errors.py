@@ -5,9 +5,28 @@ Every message names the argument, what it got and what was expected.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 
 class GlarefError(Exception):
-    """Base class of every error glaref raises on purpose."""
+    """Base class of every error glaref raises on purpose.
+
+    ``argument``: the argument the error is about, as glaref's API names it (None: no single
+    one); the message then begins with that name, so that a face can name the argument its own
+    way (:meth:`worded`: the CLI shows its flag) without reading the message.
+    """
+
+    def __init__(self, message: str = "", argument: str | None = None):
+        super().__init__(message)
+        self.argument = argument
+
+    def worded(self, names: Mapping[str, str]) -> str:
+        """The message with its argument spelled as ``names`` spells it (unchanged when it names
+        none or ``names`` has no spelling of it)."""
+        msg, arg = str(self), self.argument
+        if arg is not None and arg in names and msg.startswith(arg):
+            return names[arg] + msg[len(arg):]
+        return msg
 
 
 class ShapeError(GlarefError, ValueError):
@@ -65,6 +84,6 @@ class ClaimError(AuditUsageError, DTypeError):
     its flag), ``detail`` says what was got and what was expected."""
 
     def __init__(self, argument: str, detail: str):
-        super().__init__(f"{argument}: {detail}")
-        self.argument, self.detail = argument, detail
+        super().__init__(f"{argument}: {detail}", argument)
+        self.detail = detail
 

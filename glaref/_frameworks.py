@@ -324,7 +324,7 @@ def _numpy_dtype(dtype: str):
             import ml_dtypes
         except ImportError:
             raise DTypeError("dtype: got 'bfloat16' for a NumPy kernel, which needs the ml_dtypes "
-                             "package (pip install ml_dtypes)") from None
+                             "package (pip install ml_dtypes)", argument="dtype") from None
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(dtype)
 
@@ -407,7 +407,7 @@ def run_kernel(kernel: Callable, problem: Problem, dtype: str = "float32", *, la
     """
     check_layout(layout)
     if dtype not in DTYPES:
-        raise DTypeError(f"dtype: got {dtype!r}, expected one of {DTYPES}")
+        raise DTypeError(f"dtype: got {dtype!r}, expected one of {DTYPES}", argument="dtype")
     if not callable(kernel):
         raise TypeError(f"kernel: got {type(kernel).__name__}, expected a callable "
                         "(q, k, v, log_alpha, h0) -> o | (o, h_T)")

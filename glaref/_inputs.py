@@ -111,43 +111,45 @@ def check_cu_seqlens(cu_seqlens: Any, B: int, T: int) -> np.ndarray | None:
         t = cu_seqlens.detach()
         if t.is_floating_point() or t.is_complex():
             raise DTypeError(f"cu_seqlens: got dtype {t.dtype}, expected an integer dtype "
-                             "(int32 or int64 offsets)")
+                             "(int32 or int64 offsets)", argument="cu_seqlens")
         a = t.cpu().numpy()
     else:
         try:
             a = np.asarray(cu_seqlens)
         except Exception as exc:  # pragma: no cover - exotic array-likes
             raise DTypeError(f"cu_seqlens: could not convert {_describe(cu_seqlens)} to an array: "
-                             f"{exc}") from exc
+                             f"{exc}", argument="cu_seqlens") from exc
     if a.dtype.kind not in "iu":
         raise DTypeError(f"cu_seqlens: got dtype {a.dtype}, expected an integer dtype "
-                         "(int32 or int64 offsets)")
+                         "(int32 or int64 offsets)", argument="cu_seqlens")
     if a.ndim != 1 or a.size == 0:
-        raise ShapeError(f"cu_seqlens: got shape {a.shape}, expected (N + 1,) offsets with N >= 0")
+        raise ShapeError(f"cu_seqlens: got shape {a.shape}, expected (N + 1,) offsets with N >= 0",
+                         argument="cu_seqlens")
     if B != 1:
         raise ShapeError(f"cu_seqlens: given with B={B} batch rows, expected B=1 (the packed "
-                         "sequences lie along the time axis of one row)")
+                         "sequences lie along the time axis of one row)", argument="cu_seqlens")
     a = np.ascontiguousarray(a, dtype=np.int64)
     shown = a.tolist() if a.size <= 12 else a[:12].tolist() + ["..."]
     if a[0] != 0:
         raise SeqlensError(f"cu_seqlens: got {shown}, expected offsets starting at 0: "
-                           f"cu_seqlens[0] = {int(a[0])}")
+                           f"cu_seqlens[0] = {int(a[0])}", argument="cu_seqlens")
     dec = np.flatnonzero(a[1:] < a[:-1])
     if dec.size:
         i = int(dec[0]) + 1
         raise SeqlensError(f"cu_seqlens: got {shown}, expected nondecreasing offsets: "
-                           f"cu_seqlens[{i}] = {int(a[i])} < cu_seqlens[{i - 1}] = {int(a[i - 1])}")
+                           f"cu_seqlens[{i}] = {int(a[i])} < cu_seqlens[{i - 1}] = {int(a[i - 1])}",
+                           argument="cu_seqlens")
     if a[-1] != T:
         big = np.flatnonzero(a > T)
         i = int(big[0]) if big.size else a.size - 1
         raise SeqlensError(f"cu_seqlens: got {shown}, expected offsets ending at T={T}: "
-                           f"cu_seqlens[{i}] = {int(a[i])}")
+                           f"cu_seqlens[{i}] = {int(a[i])}", argument="cu_seqlens")
     return a
 
 
 def check_layout(layout: str) -> str:
     if not isinstance(layout, str) or layout not in LAYOUTS:
-        raise LayoutError(f"layout: got {layout!r}, expected one of {LAYOUTS}")
+        raise LayoutError(f"layout: got {layout!r}, expected one of {LAYOUTS}", argument="layout")
     return layout
 
 
@@ -155,7 +157,7 @@ def check_flag(x: Any, name: str) -> bool:
     """A yes/no argument: True or False (numpy's bools too), never a merely truthy value."""
     if isinstance(x, (bool, np.bool_)):
         return bool(x)
-    raise ArgumentError(f"{name}: got {x!r} ({type(x).__name__}), expected True or False")
+    raise ArgumentError(f"{name}: got {x!r} ({type(x).__name__}), expected True or False", argument=name)
 
 
 def whole_number(x: Any) -> int | None:
@@ -183,7 +185,7 @@ def check_scale(scale: Any) -> float:
             s = float(scale)                    # a Python int of any size
         except OverflowError:
             raise NonFiniteError(f"scale: got an integer of {scale.bit_length()} bits, expected "
-                                 "a finite float64 number (|scale| < 1.8e308)") from None
+                                 "a finite float64 number (|scale| < 1.8e308)", argument="scale") from None
     else:
         a = None
         if not isinstance(scale, (str, bytes, bool, np.bool_)):
@@ -192,10 +194,11 @@ def check_scale(scale: Any) -> float:
             except Exception:  # noqa: BLE001 - anything numpy cannot read is not a number
                 a = None
         if a is None or a.ndim != 0 or not (a.dtype.kind in "iu" or is_real_float(a.dtype)):
-            raise DTypeError(f"scale: got {scale!r} ({_describe(scale)}), expected a real number")
+            raise DTypeError(f"scale: got {scale!r} ({_describe(scale)}), expected a real number",
+                             argument="scale")
         s = float(a)
     if not math.isfinite(s):
-        raise NonFiniteError(f"scale: got {s}, expected a finite number")
+        raise NonFiniteError(f"scale: got {s}, expected a finite number", argument="scale")
     return s
 
 
@@ -214,7 +217,7 @@ def to_float64(x: Any, name: str) -> np.ndarray:
         if np.ma.is_masked(x):
             raise DTypeError(f"{name}: got a masked array with {int(np.ma.count_masked(x))} masked "
                              "element(s), expected plain values (glaref does not read masks: "
-                             f"fill them first, e.g. {name}.filled(0.0))")
+                             f"fill them first, e.g. {name}.filled(0.0))", argument=name)
         a = np.asarray(x.data)
     elif isinstance(x, np.ndarray):
         a = x
@@ -226,34 +229,37 @@ def to_float64(x: Any, name: str) -> np.ndarray:
             t = x.detach()
             if getattr(t, "device", None) is not None and str(t.device) != "cpu":
                 raise DTypeError(f"{name}: got a torch tensor on {t.device}, expected a CPU tensor "
-                                 "(call .cpu() first)")
+                                 "(call .cpu() first)", argument=name)
             if t.is_complex():
-                raise DTypeError(f"{name}: got dtype {t.dtype}, expected a real floating dtype")
+                raise DTypeError(f"{name}: got dtype {t.dtype}, expected a real floating dtype",
+                                 argument=name)
             if not t.is_floating_point():
                 raise DTypeError(f"{name}: got dtype {t.dtype}, expected a real floating dtype "
-                                 "(float16, bfloat16, float32 or float64)")
+                                 "(float16, bfloat16, float32 or float64)", argument=name)
             t = t.double()
             a = t.numpy()
         else:
             try:
                 a = np.asarray(x)
             except Exception as exc:  # pragma: no cover - exotic array-likes
-                raise DTypeError(f"{name}: could not convert {_describe(x)} to an array: {exc}") from exc
+                raise DTypeError(f"{name}: could not convert {_describe(x)} to an array: {exc}",
+                                 argument=name) from exc
             if a.dtype == object and hasattr(x, "__dlpack__"):
                 # an array that speaks only DLPack (no __array__): take it zero-copy on the CPU
                 try:
                     a = np.from_dlpack(x)
                 except Exception as exc:
-                    raise DTypeError(f"{name}: could not read {_describe(x)} through DLPack: {exc}") from exc
+                    raise DTypeError(f"{name}: could not read {_describe(x)} through DLPack: {exc}",
+                                     argument=name) from exc
     dt = a.dtype
     if dt.kind == "O":
         raise DTypeError(f"{name}: got {_describe(x)} (dtype object), expected a real floating "
-                         "array (float16, bfloat16, float32 or float64)")
+                         "array (float16, bfloat16, float32 or float64)", argument=name)
     if is_real_float(dt):
         # np.asarray, not np.ascontiguousarray: the latter turns a 0-d array into shape (1,)
         return np.asarray(a, dtype=np.float64, order="C")
     raise DTypeError(f"{name}: got dtype {dt}, expected a real floating dtype "
-                     "(float16, bfloat16, float32 or float64)")
+                     "(float16, bfloat16, float32 or float64)", argument=name)
 
 
 def is_real_float(dtype: Any) -> bool:
@@ -315,12 +321,13 @@ def kernel_returns(out: Any, dims: Dims, layout: str,
 
 def _check_ndim(a: np.ndarray, name: str, ndim: int, expected: str) -> None:
     if a.ndim != ndim:
-        raise ShapeError(f"{name}: got shape {a.shape} ({a.ndim} dims), expected {ndim} dims {expected}")
+        raise ShapeError(f"{name}: got shape {a.shape} ({a.ndim} dims), expected {ndim} dims {expected}",
+                         argument=name)
 
 
 def _check_shape(a: np.ndarray, name: str, expected: tuple[int, ...], spelled: str) -> None:
     if a.shape != expected:
-        raise ShapeError(f"{name}: got shape {a.shape}, expected {expected} {spelled}")
+        raise ShapeError(f"{name}: got shape {a.shape}, expected {expected} {spelled}", argument=name)
 
 
 def _check_finite(a: np.ndarray, name: str) -> None:
@@ -328,7 +335,7 @@ def _check_finite(a: np.ndarray, name: str) -> None:
         bad = np.argwhere(~np.isfinite(a))[0]
         raise NonFiniteError(f"{name}: got a non-finite value {float(a[tuple(bad)])!r} at index "
                              f"{tuple(int(i) for i in bad)}, "
-                             "expected finite values (pass allow_nonfinite=True to accept)")
+                             "expected finite values (pass allow_nonfinite=True to accept)", argument=name)
 
 
 def _fits(q_shape, k_shape, v_shape, layout: str) -> bool:
@@ -348,7 +355,8 @@ def _check_not_transposed(q_shape, k_shape, v_shape, layout: str) -> None:
     if not _fits(q_shape, k_shape, v_shape, layout) and _fits(q_shape, k_shape, v_shape, other):
         raise LayoutError(f"layout: got {layout!r}, but q {tuple(q_shape)}, k {tuple(k_shape)} and "
                           f"v {tuple(v_shape)} fit {other!r} and not {layout!r}: the arrays look "
-                          f"transposed (pass layout={other!r}, or swap their axes 1 and 2)")
+                          f"transposed (pass layout={other!r}, or swap their axes 1 and 2)",
+                          argument="layout")
 
 
 def _check_state_not_transposed(x: np.ndarray, name: str, qkv_shapes, layout: str,
@@ -362,7 +370,7 @@ def _check_state_not_transposed(x: np.ndarray, name: str, qkv_shapes, layout: st
         raise LayoutError(f"layout: got {layout!r}, but q {tuple(q_shape)}, k {tuple(k_shape)}, v "
                           f"{tuple(v_shape)} and {name} {x.shape} fit {other!r} and not {layout!r}: "
                           f"the arrays look transposed (pass layout={other!r}, or swap axes 1 and "
-                          f"2 of q, k, v and log_alpha)")
+                          f"2 of q, k, v and log_alpha)", argument="layout")
 
 
 def to_canonical(a: np.ndarray, kind: str, layout: str) -> np.ndarray:
@@ -404,7 +412,8 @@ def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str
     _check_ndim(v, "v", 4, v_spell)
     if log_alpha.ndim not in (3, 4):
         raise ShapeError(f"log_alpha: got shape {log_alpha.shape} ({log_alpha.ndim} dims), expected "
-                         f"3 dims {g_spell} (scalar gate) or 4 dims {gv_spell} (vector gate)")
+                         f"3 dims {g_spell} (scalar gate) or 4 dims {gv_spell} (vector gate)",
+                         argument="log_alpha")
     vector = log_alpha.ndim == 4
     _check_not_transposed(q.shape, k.shape, v.shape, layout)
     given = (q.shape, k.shape, v.shape)
@@ -426,16 +435,16 @@ def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str
 
     if k.shape != q.shape:
         raise ShapeError(f"k: got shape {back(k.shape, 'qk')}, expected {back(q.shape, 'qk')} "
-                         f"{qk_spell} like q")
+                         f"{qk_spell} like q", argument="k")
     if v.shape[0] != B or v.shape[2] != T:
         raise ShapeError(f"v: got shape {back(v.shape, 'v')}, expected {back((B, H, T, dv), 'v')} {v_spell} "
-                         f"with B={B} and T={T} from q")
+                         f"with B={B} and T={T} from q", argument="v")
     if G == 0 or H % G != 0:
-        raise ShapeError(f"v: got H={H} heads, expected a multiple of q's G={G} groups")
+        raise ShapeError(f"v: got H={H} heads, expected a multiple of q's G={G} groups", argument="v")
     la_shape, la_spell = ((B, H, T, dk), f"{gv_spell} (vector gate)") if vector else ((B, H, T), g_spell)
     if log_alpha.shape != la_shape:
         raise ShapeError(f"log_alpha: got shape {back(log_alpha.shape, 'gate')}, expected "
-                         f"{back(la_shape, 'gate')} {la_spell}")
+                         f"{back(la_shape, 'gate')} {la_spell}", argument="log_alpha")
     cu = check_cu_seqlens(cu_seqlens, B, T)
     NS, ns_spell = (B, "B") if cu is None else (len(cu) - 1, "N")
     st_spell = f"({ns_spell}, H, dk, dv)"
@@ -451,9 +460,9 @@ def canonicalize(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, layout: str
         do = to_canonical(do, "v", layout)
         if do.shape != (B, H, T, dv):
             raise ShapeError(f"do: got shape {back(do.shape, 'v')}, expected "
-                             f"{back((B, H, T, dv), 'v')} {v_spell} like o")
+                             f"{back((B, H, T, dv), 'v')} {v_spell} like o", argument="do")
     elif need_do:
-        raise ShapeError("do: got None, expected the cotangent of o")
+        raise ShapeError("do: got None, expected the cotangent of o", argument="do")
     if dh_T is not None:
         dh_T = to_float64(dh_T, "dh_T")
         _check_state_not_transposed(dh_T, "dh_T", given, layout, (NS, H, dk, dv), T)

@@ -48,7 +48,7 @@ class Truth:
         inputs only an extreme ``scale`` makes them overflow."""
         msg = nonfinite_report(f"the oracle's {what}", self.p, self.scale, results)
         if msg is not None:
-            raise NonFiniteError(f"scale: got {self.scale:g}; {msg}")
+            raise NonFiniteError(f"scale: got {self.scale:g}; {msg}", argument="scale")
 
     def forward(self):
         if self._fwd is None:

@@ -19,7 +19,6 @@ checked before any work. Progress goes to stderr, one line per row (--no-progres
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from typing import Sequence
 
@@ -27,7 +26,7 @@ from . import _golden_cli
 from ._audit import _merge, _report, audit
 from ._audit._args import split as _split
 from ._audit._presets import CONFIGS, PRESETS, parse_config, regime_names
-from ._errors import AuditEnvironmentError, AuditUsageError, ClaimError
+from ._errors import AuditEnvironmentError, AuditUsageError, GlarefError
 
 __all__ = ["PROG", "main"]
 
@@ -161,14 +160,10 @@ def _parser() -> _Parser:
 
 
 def _err(msg: str | Exception) -> None:
-    """A one-line refusal. A claim's error names its argument (``ClaimError.argument``), shown as
-    its flag; the engine's other messages start with the argument's name, likewise replaced."""
-    if isinstance(msg, ClaimError):
-        msg = f"{_FLAGS.get(msg.argument, msg.argument)}: {msg.detail}"
-    msg = str(msg)
-    m = re.match(r"(\w+)(?=[: ])", msg)
-    if m and m.group(1) in _FLAGS:
-        msg = _FLAGS[m.group(1)] + msg[m.end():]
+    """A one-line refusal. An error about one argument (``GlarefError.argument``) names it by its
+    flag."""
+    if isinstance(msg, GlarefError):
+        msg = msg.worded(_FLAGS)
     print(f"{PROG} audit: error: {msg}", file=sys.stderr)
 
 
@@ -177,7 +172,7 @@ def _audit(ns: argparse.Namespace) -> int:
         try:
             _report.check_output(ns.plot, "--plot", _report.PLOT_FORMATS)
         except AuditUsageError as exc:
-            _err(str(exc))
+            _err(exc)
             return 2
         try:
             import matplotlib  # noqa: F401
@@ -207,7 +202,7 @@ def _audit(ns: argparse.Namespace) -> int:
             cfg_names += list(parse_config(c))
         preset_names = cfg_names or list(pre.configs)
     except AuditUsageError as exc:
-        _err(str(exc))
+        _err(exc)
         return 2
     table.append(_report.Table(names, preset_names, sys.stdout, _split(ns.regime), gate=ns.gate,
                                packed=ns.cu_seqlens is not None))

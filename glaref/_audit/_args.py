@@ -56,9 +56,9 @@ def integer(name: str, x, low: int) -> int:
     t = whole_number(x)
     what = "a positive integer" if low == 1 else f"an integer >= {low}"
     if t is None:
-        raise AuditUsageError(f"{name}: got {x!r} ({type(x).__name__}), expected {what}")
+        raise AuditUsageError(f"{name}: got {x!r} ({type(x).__name__}), expected {what}", argument=name)
     if t < low:
-        raise AuditUsageError(f"{name}: got {t}, expected {what}")
+        raise AuditUsageError(f"{name}: got {t}, expected {what}", argument=name)
     return t
 
 
@@ -67,15 +67,15 @@ def choices(name: str, values, allowed: Iterable[str]) -> list[str]:
     vals = split(values)
     for v in vals:
         if v not in allowed:
-            raise AuditUsageError(f"{name}: got {v!r}, expected one of {allowed}")
+            raise AuditUsageError(f"{name}: got {v!r}, expected one of {allowed}", argument=name)
     if not vals:
-        raise AuditUsageError(f"{name}: got nothing, expected one of {allowed}")
+        raise AuditUsageError(f"{name}: got nothing, expected one of {allowed}", argument=name)
     return vals
 
 
 def check_preset(preset) -> Preset:
     if not isinstance(preset, str) or preset not in PRESETS:
-        raise AuditUsageError(f"preset: got {preset!r}, expected one of {sorted(PRESETS)}")
+        raise AuditUsageError(f"preset: got {preset!r}, expected one of {sorted(PRESETS)}", argument="preset")
     return PRESETS[preset]
 
 
@@ -91,7 +91,7 @@ def _configs(configs, preset_configs) -> dict[str, tuple[int, ...]]:
             items = list(configs)
         except TypeError:
             raise AuditUsageError(f"config: got {configs!r}, expected config names, 'B,G,H,dk,dv' "
-                                  "strings or {name: (B, G, H, dk, dv)}") from None
+                                  "strings or {name: (B, G, H, dk, dv)}", argument="config") from None
         out = {}
         for c in items:
             if isinstance(c, str):
@@ -101,7 +101,7 @@ def _configs(configs, preset_configs) -> dict[str, tuple[int, ...]]:
                 out[config_name(c)] = c
     if not out:
         # zero rows would pass vacuously
-        raise AuditUsageError(f"config: got {configs!r}, expected at least one config")
+        raise AuditUsageError(f"config: got {configs!r}, expected at least one config", argument="config")
     return out
 
 
@@ -117,7 +117,7 @@ def _seqs(seqs, preset_seqs) -> list[int]:
             vals = [seqs]
     out = [integer("seq", s, 1) for s in vals]
     if not out:
-        raise AuditUsageError(f"seq: got {seqs!r}, expected at least one sequence length")
+        raise AuditUsageError(f"seq: got {seqs!r}, expected at least one sequence length", argument="seq")
     return out
 
 
@@ -132,23 +132,24 @@ def _packing(cu_seqlens) -> np.ndarray | int | None:
             n = text[len(RANDOM_PACKING):]
             if not n.isdigit() or int(n) < 1:
                 raise AuditUsageError(f"cu_seqlens: got {cu_seqlens!r}, expected 'random:N' with "
-                                      "N >= 1 sequences, or offsets such as '0,5,5,40'")
+                                      "N >= 1 sequences, or offsets such as '0,5,5,40'",
+                                      argument="cu_seqlens")
             return int(n)
         parts = [x.strip() for x in text.split(",") if x.strip()]
         try:
             cu_seqlens = [int(x) for x in parts]
         except ValueError:
             raise AuditUsageError(f"cu_seqlens: got {text!r}, expected integer offsets such as "
-                                  "'0,5,5,40' or 'random:N'") from None
+                                  "'0,5,5,40' or 'random:N'", argument="cu_seqlens") from None
     a = np.asarray(cu_seqlens)
     if a.dtype.kind not in "iu" or a.ndim != 1 or a.size < 2 or a[-1] < 1:
         raise AuditUsageError(f"cu_seqlens: got {cu_seqlens!r}, expected N + 1 >= 2 integer "
                               "offsets 0 = c_0 <= ... <= c_N = T with T >= 1 (e.g. '0,5,5,40'), "
-                              "or 'random:N'")
+                              "or 'random:N'", argument="cu_seqlens")
     try:
         return check_cu_seqlens(a, 1, int(a[-1]))
-    except ValueError as exc:          # not starting at 0, decreasing: names the first bad position
-        raise AuditUsageError(str(exc)) from None
+    except GlarefError as exc:         # not starting at 0, decreasing: names the first bad position
+        raise AuditUsageError(str(exc), exc.argument) from None
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,7 @@ def parse_shard(shard) -> tuple[int, int] | None:
         i = n = -1
     if not 0 <= i < n:
         raise AuditUsageError(f"shard: got {shard!r}, expected I/N with 0 <= I < N (e.g. 0/4 .. "
-                              "3/4)")
+                              "3/4)", argument="shard")
     return i, n
 
 
@@ -227,7 +228,7 @@ def rows(pre: Preset, *, configs=None, seqs=None, modes=None, regimes=None, seed
     try:
         scale = check_scale(scale)
     except GlarefError as exc:
-        raise AuditUsageError(str(exc)) from None
+        raise AuditUsageError(str(exc), exc.argument) from None
     seed = integer("seed", seed, 0)
     regime_list = choices("regime", regime_names(regimes, pre.regimes), _regimes.REGIMES)
     oracle = oracle_impl or default_oracle()
@@ -239,10 +240,12 @@ def rows(pre: Preset, *, configs=None, seqs=None, modes=None, regimes=None, seed
             seq_list = [T_cu]
         elif set(seq_list) != {T_cu}:
             raise AuditUsageError(f"seq: got {seq_list}, expected only {T_cu}, the T that "
-                                  f"cu_seqlens {packing.tolist()} fixes (or cu_seqlens='random:N')")
+                                  f"cu_seqlens {packing.tolist()} fixes (or cu_seqlens='random:N')",
+                                  argument="seq")
         for regime in regime_list:
             if any(d.T != T_cu for d in _regimes.REGIMES[regime].cases(Dims(1, 1, 1, T_cu, 1, 1))):
                 raise AuditUsageError(f"regime: got {regime!r}, which sets its own T; explicit "
-                                      f"cu_seqlens fix T = {T_cu} (use cu_seqlens='random:N')")
+                                      f"cu_seqlens fix T = {T_cu} (use cu_seqlens='random:N')",
+                                      argument="regime")
     return Rows(cfgs, seq_list, mode_list, regime_list, seed, scale, packing, oracle,
                 parse_shard(shard))

@@ -52,9 +52,10 @@ def select_device(backend: str | None):
         devices = jax.devices(backend) if backend else jax.devices()
     except RuntimeError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise AuditEnvironmentError(f"backend {backend!r} is not available here: {first}") from None
+        raise AuditEnvironmentError(f"backend {backend!r} is not available here: {first}",
+                                    argument="backend") from None
     if not devices:
-        raise AuditEnvironmentError(f"backend {backend!r} has no devices")
+        raise AuditEnvironmentError(f"backend {backend!r} has no devices", argument="backend")
     return devices[0]
 
 

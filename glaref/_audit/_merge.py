@@ -24,11 +24,12 @@ def _load(path: str) -> dict[str, Any]:
         with open(path) as f:
             doc = json.load(f)
     except (OSError, ValueError) as exc:
-        raise AuditUsageError(f"report: cannot read {path!r} as a glaref audit report ({exc})") \
+        raise AuditUsageError(f"report: cannot read {path!r} as a glaref audit report ({exc})",
+                              argument="report") \
             from None
     if not isinstance(doc, dict) or not {"device", "config", "results"} <= set(doc):
         raise AuditUsageError(f"report: {path!r} is not a glaref audit report (expected the keys "
-                              "device, config, results)")
+                              "device, config, results)", argument="report")
     return doc
 
 
@@ -60,7 +61,7 @@ def merge(paths: list[str], out: str) -> dict[str, Any]:
         twice (each of 0 .. N-1 exactly once).
     """
     if not paths:
-        raise AuditUsageError("report: got no file, expected the shards' JSON reports")
+        raise AuditUsageError("report: got no file, expected the shards' JSON reports", argument="report")
     out = check_output(out, "-o")
     docs = [_load(p) for p in paths]
     configs = [{k: v for k, v in d["config"].items() if k != "shard"} for d in docs]
@@ -68,13 +69,13 @@ def merge(paths: list[str], out: str) -> dict[str, Any]:
         if c != configs[0]:
             diff = sorted(k for k in set(c) | set(configs[0]) if c.get(k) != configs[0].get(k))
             raise AuditUsageError(f"report: {p!r} is another audit than {paths[0]!r} (its "
-                                  f"configuration differs in {', '.join(diff)})")
+                                  f"configuration differs in {', '.join(diff)})", argument="report")
     shards = [d["config"].get("shard") for d in docs]
     counts = {s.split("/")[1] if s else None for s in shards}
     n = int(next(iter(counts))) if len(counts) == 1 and None not in counts else None
     if n is None or sorted(shards) != sorted(f"{i}/{n}" for i in range(n)):
         raise AuditUsageError(f"report: got shards {shards}, expected each of 0/N .. N-1/N "
-                              "exactly once")
+                              "exactly once", argument="report")
     results = [r for d in docs for r in d["results"]]
     results.sort(key=_order(configs[0]))
     joined = {"device": docs[0]["device"], "config": configs[0]}

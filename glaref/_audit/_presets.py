@@ -141,7 +141,8 @@ def _int_field(name: str, i: int, x) -> int:
             return operator.index(x)
         except TypeError:
             pass
-    raise AuditUsageError(f"config {name!r}: got {x!r} as {FIELDS[i]}, expected an integer")
+    raise AuditUsageError(f"config {name!r}: got {x!r} as {FIELDS[i]}, expected an integer",
+                          argument="config")
 
 
 def check_config(name: str, c) -> tuple[int, int, int, int, int]:
@@ -152,14 +153,14 @@ def check_config(name: str, c) -> tuple[int, int, int, int, int]:
         items = None
     if items is None or len(items) != 5:
         raise AuditUsageError(f"config {name!r}: got {c!r}, expected five integers "
-                              "[batch, groups, heads, dk, dv]")
+                              "[batch, groups, heads, dk, dv]", argument="config")
     t = tuple(_int_field(name, i, x) for i, x in enumerate(items))
     if min(t) < 1:
         raise AuditUsageError(f"config {name!r}: got {c!r}, expected five positive integers "
-                              "[batch, groups, heads, dk, dv]")
+                              "[batch, groups, heads, dk, dv]", argument="config")
     if t[2] % t[1]:
         raise AuditUsageError(f"config {name!r}: got heads={t[2]}, expected a multiple of "
-                              f"groups={t[1]}")
+                              f"groups={t[1]}", argument="config")
     return t  # type: ignore[return-value]
 
 
@@ -173,8 +174,10 @@ def parse_config(text: str) -> dict[str, tuple[int, int, int, int, int]]:
     out = {}
     for p in parts:
         if p not in CONFIGS:
-            raise AuditUsageError(f"config: got {p!r}, expected B,G,H,dk,dv or one of {sorted(CONFIGS)}")
+            raise AuditUsageError(f"config: got {p!r}, expected B,G,H,dk,dv or one of {sorted(CONFIGS)}",
+                                  argument="config")
         out[p] = CONFIGS[p]
     if not out:
-        raise AuditUsageError(f"config: got {text!r}, expected B,G,H,dk,dv or a config name")
+        raise AuditUsageError(f"config: got {text!r}, expected B,G,H,dk,dv or a config name",
+                              argument="config")
     return out

@@ -64,7 +64,7 @@ def _builtin(name: str, claims: Claims, precision: str, scale: float) -> Subject
         from .. import kernels
     except ImportError as exc:
         raise AuditEnvironmentError(f"impl {name!r}: the built-in kernels could not be imported "
-                                    f"({exc}); pip install 'glaref[jax]'") from None
+                                    f"({exc}); pip install 'glaref[jax]'", argument="impl") from None
     fn = getattr(kernels, name)
     kw = {"layout": claims.layout, "precision": _precision_arg(precision),
           "return_final_state": True, "scale": scale}
@@ -77,13 +77,14 @@ def _builtin(name: str, claims: Claims, precision: str, scale: float) -> Subject
 
 def _load_file(path: str):
     if not os.path.isfile(path):
-        raise AuditUsageError(f"impl: got file {path!r}, which does not exist")
+        raise AuditUsageError(f"impl: got file {path!r}, which does not exist", argument="impl")
     # a stable, unique module name per file, so two files called kernel.py do not collide
     tag = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:12]
     modname = f"_glaref_user_kernel_{tag}"
     spec = importlib.util.spec_from_file_location(modname, path)
     if spec is None or spec.loader is None:
-        raise AuditUsageError(f"impl: got file {path!r}, which Python cannot load as a module")
+        raise AuditUsageError(f"impl: got file {path!r}, which Python cannot load as a module",
+                              argument="impl")
     module = importlib.util.module_from_spec(spec)
     sys.modules[modname] = module
     # the file's directory first on sys.path while it loads, so that it imports its sibling
@@ -94,7 +95,7 @@ def _load_file(path: str):
         spec.loader.exec_module(module)
     except (Exception, SystemExit) as exc:
         del sys.modules[modname]
-        raise AuditUsageError(f"impl: importing {path!r} failed: {_raised(exc)}") from None
+        raise AuditUsageError(f"impl: importing {path!r} failed: {_raised(exc)}", argument="impl") from None
     finally:
         if sys.path and sys.path[0] == directory:
             del sys.path[0]
@@ -125,11 +126,11 @@ def _defined(module) -> str:
 def _user(spec: str, claims: Claims, scale: float) -> Subject:
     if ":" not in spec:
         raise AuditUsageError(f"impl: got {spec!r}, expected one of {BUILTIN_IMPLS}, "
-                              "package.module:function or path/to/file.py:function")
+                              "package.module:function or path/to/file.py:function", argument="impl")
     target, _, func = spec.rpartition(":")
     if not target or not func:
         raise AuditUsageError(f"impl: got {spec!r}, expected package.module:function or "
-                              "path/to/file.py:function")
+                              "path/to/file.py:function", argument="impl")
     if target.endswith(".py") or os.sep in target or "/" in target:
         module = _load_file(target)
     else:
@@ -137,15 +138,15 @@ def _user(spec: str, claims: Claims, scale: float) -> Subject:
             module = importlib.import_module(target)
         except (Exception, SystemExit) as exc:
             raise AuditUsageError(f"impl: could not import module {target!r}: "
-                                  f"{_raised(exc)}") from None
+                                  f"{_raised(exc)}", argument="impl") from None
     try:
         fn = getattr(module, func)
     except AttributeError:
         raise AuditUsageError(f"impl: module {target!r} has no attribute {func!r}; the callables "
-                              f"it defines: {_defined(module)}") from None
+                              f"it defines: {_defined(module)}", argument="impl") from None
     if not callable(fn):
         raise AuditUsageError(f"impl: {spec!r} names {fn!r:.60} (type {type(fn).__name__}), "
-                              "expected a callable")
+                              "expected a callable", argument="impl")
     if accepts(fn, "scale"):
         fn = functools.partial(fn, scale=scale)
     return Subject(spec, fn, claims)
@@ -175,7 +176,7 @@ def framework_subject(kernel: Callable, claims: Claims, *, packed: bool) -> Subj
 def _check_packed(subject: Subject, packed: bool) -> None:
     if packed and not accepts(subject.fn, "cu_seqlens"):
         raise AuditUsageError(f"impl {subject.name!r}: packed sequences are given to a kernel as "
-                              "the keyword cu_seqlens=, which its signature does not take")
+                              "the keyword cu_seqlens=, which its signature does not take", argument="impl")
 
 
 def kernel_name(kernel) -> str:
@@ -190,7 +191,8 @@ def _resolve(impl, claims: Claims, precision: str, scale: float) -> Subject:
         fn = functools.partial(impl, scale=scale) if accepts(impl, "scale") else impl
         return Subject(kernel_name(impl), fn, claims)
     if not isinstance(impl, str) or not impl:
-        raise AuditUsageError(f"impl: got {impl!r}, expected a kernel name, spec or callable")
+        raise AuditUsageError(f"impl: got {impl!r}, expected a kernel name, spec or callable",
+                              argument="impl")
     if impl in BUILTIN_IMPLS:
         return _builtin(impl, claims, precision, scale)
     return _user(impl, claims, scale)
