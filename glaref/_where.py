@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _baseline, _judge, _verdict
-from ._inputs import _KIND, Dims
+from ._inputs import Dims
 from ._metrics import underflow_floor
 from .tolerances import UNIT_ROUNDOFF, lookup, tol
 
@@ -417,7 +417,7 @@ def _lettered(name: str, index) -> str:
     """A canonical index with its axes named, "(b, h, t, d) = (0, 1, 5, 0)", so that a reader
     of another layout cannot mistake it (the profile keeps glaref's canonical index)."""
     at = tuple(int(i) for i in (index or ()))
-    letters = _AXES.get(name, "")[:len(at)]
+    letters = AXES.get(name, "")[:len(at)]
     return f"({', '.join(letters)}) = {at}" if at and len(letters) == len(at) else str(at)
 
 
@@ -524,38 +524,5 @@ def row_profiles(truth, canonical: dict[str, np.ndarray], dtypes: dict[str, str]
 
 
 # the canonical axes of each output, as the worst index is given
-_AXES = {"o": "bhtd", "v": "bhtd", "q": "bgtd", "k": "bgtd", "log_alpha": "bhtd", "h_T": "bhij",
+AXES = {"o": "bhtd", "v": "bhtd", "q": "bgtd", "k": "bgtd", "log_alpha": "bhtd", "h_T": "bhij",
          "h0": "bhij"}
-
-
-def where_lines(rec: dict[str, Any]) -> list[str]:
-    """Lines saying where a failing row's errors are, from its record's ``where`` and
-    ``diagnosis`` (numpy.testing's "Mismatched elements: n / N ... first at index" in spirit):
-    per failing output with a per-step profile, the steps above the allowed band, the first and
-    the worst, and the worst element's index in the record's layout; then the diagnosis."""
-    lines = []
-    failing = [n for n, tier in (rec.get("failed_tier") or {}).items() if tier != "probe"]
-    for name in failing:
-        p = (rec.get("where") or {}).get(name)
-        if not p:
-            continue
-        at, letters = tuple(p["worst_index"] or ()), _AXES.get(name, "")[:len(p["worst_index"] or ())]
-        if rec.get("layout") == "bthd" and _KIND[name] != "state" and len(at) > 2:
-            # the caller's layout: time before heads (the profile keeps the canonical index)
-            at = (at[0], at[2], at[1]) + at[3:]
-            letters = letters[0] + letters[2] + letters[1] + letters[3:]
-        axes = "(" + ", ".join(letters) + ") = " if at else ""
-        text = f"{name}: worst element {p['worst']:.3g} budget units at {axes}{at}"
-        E, band, k = p.get("time"), p.get("time_band"), p.get("time_bin") or 1
-        if E is not None and band is not None:
-            above = [i for i, (e, b) in enumerate(zip(E, band)) if e > b]
-            if above:
-                worst = max(range(len(E)), key=lambda i: E[i])
-                unit = "steps" if k == 1 else f"bins of {k} steps"
-                text += (f"; {unit} above the allowed band: {len(above)} / {len(E)}, first at "
-                         f"t = {above[0] * k}, worst at t = {worst * k}")
-        lines.append(text)
-    if rec.get("diagnosis"):
-        lines.append(f"diagnosis: {rec['diagnosis']}")
-    return lines
-

@@ -36,8 +36,8 @@ import numpy as np
 from . import _claims, _judge
 from ._audit import _args
 from ._audit._engine import JaxOptions, audit_jax, audit_kernel, check_probes
+from ._audit._messages import describe, figure, less_accurate_lines
 from ._audit._presets import CHECK_CONFIG, CHECK_MODES, CHECK_REGIMES, CHECK_SEQS, Preset
-from ._audit._report import describe, figure
 from ._claims import Claims
 from ._errors import (
     AuditEnvironmentError,
@@ -60,7 +60,6 @@ from ._inputs import (
     to_canonical,
 )
 from ._problems import round_to_dtype
-from ._verdict import PRECISIONS
 from .conventions import LOG_ALPHA_BT_SUM
 
 __all__ = ["DEFAULT_CONFIG", "DEFAULT_SEQS", "LessAccurateWarning", "assert_close_to_oracle",
@@ -80,11 +79,12 @@ def _framework(kernel: Any, framework: str | None) -> str:
     and "module:function" specs are JAX kernels (the audit's)."""
     if framework is not None and framework not in FRAMEWORKS:
         raise AuditUsageError(f"framework: got {framework!r}, expected one of {FRAMEWORKS} or None "
-                              "(detected from the kernel's code)")
+                              "(detected from the kernel's code)", argument="framework")
     if isinstance(kernel, str) or not callable(kernel):
         if framework not in (None, "jax"):
             raise AuditUsageError(f"kernel: got {kernel!r} with framework {framework!r}, expected a "
-                                  f"{framework} callable (names and specs are JAX kernels)")
+                                  f"{framework} callable (names and specs are JAX kernels)",
+                                  argument="kernel")
         return "jax"
     return detect_framework(kernel) if framework is None else framework
 
@@ -115,23 +115,25 @@ def _run_check(kernel, framework, rows, claims: Claims, *, backend, precision, d
             if value is not None:
                 raise AuditUsageError(f"{name}: got {value!r} for a JAX kernel, expected None (the "
                                       "audit derives the arithmetic from dtype, precision and "
-                                      "backend, and places the arrays itself)")
-        _args.choices("precision", precision, PRECISIONS)
+                                      "backend, and places the arrays itself)", argument=name)
         how = JaxOptions(precision=precision, backend=backend, repeats=0,
                          probes=check_probes(probes))
         return audit_jax([kernel], rows, claims, how)
+    if device is not None and fw != "torch":
+        raise AuditUsageError(f"device: got {device!r} for a {fw} kernel, expected None "
+                              "(torch kernels only)", argument="device")
     if backend is not None:
         raise AuditUsageError(f"backend: got {backend!r} for a {fw} kernel, expected None "
-                              "(JAX only; a torch kernel's device is device=)")
+                              "(JAX only; a torch kernel's device is device=)", argument="backend")
     if precision != "default":
         raise AuditUsageError(f"precision: got {precision!r} for a {fw} kernel, expected "
                               "'default' (jax's matmul precision; for TF32 matmuls pass "
-                              "compute_dtype='tf32')")
+                              "compute_dtype='tf32')", argument="precision")
     records = audit_kernel(kernel, rows, claims, framework=fw, detected=framework is None,
                            device=device, probes=probes)
-    lost = sorted({r["forward_only"] for r in records if r.get("forward_only")})
+    lost = sorted({r.params["forward_only"] for r in records if r.params.get("forward_only")})
     if fw == "torch" and lost and "fwd_bwd" in rows.modes:
-        warnings.warn(f"{records[0]['impl']}: gradients not checked, forward only: "
+        warnings.warn(f"{records[0].impl}: gradients not checked, forward only: "
                       f"{'; '.join(lost)}", stacklevel=3)
     return records
 
@@ -216,39 +218,38 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
         # raised afresh from here, so that a test report shows this one line, not the engine
         raise ClaimError(exc.argument, exc.detail) from None
     except (AuditUsageError, AuditEnvironmentError) as exc:
-        raise type(exc)(str(exc)) from None
-    bad = [r for r in records if r.get("ok") is False]
-    declined = [r for r in records if r.get("ok") is None]
-    less = [r for r in records if r.get("outcome") == "less_accurate"]
+        raise type(exc)(str(exc), exc.argument) from None
+    bad = [r for r in records if r.ok is False]
+    declined = [r for r in records if r.ok is None]
+    less = [r for r in records if r.measured and r.outcome == "less_accurate"]
     if less and not bad:
         warnings.warn(LessAccurateWarning(
             f"{len(less)} of {len(records)} rows less accurate than the most accurate designs "
             "(not a failure; strict=True makes it one):\n"
-            + "\n".join(f"  {r['impl']} {r['mode']} T={r['seq']} ({r['regime']}): {n}"
-                         for r in less for n in r["notes"] if "less accurate" in n)),
+            + "\n".join(line for r in less for line in less_accurate_lines(r))),
             stacklevel=2)
     if declined and not bad:
         raise AuditEnvironmentError(
             f"{len(declined)} of {len(records)} rows not checked: "
-            + "; ".join(f"{r['mode']} config {r['config']} T={r['seq']}: {r['skipped']}"
+            + "; ".join(f"{r.mode} config {r.config} T={r.seq}: {r.skipped}"
                         for r in declined))
     if bad:
         rows_text = "\n".join(describe(r) for r in bad)
-        raised = [r for r in bad if r.get("traceback")]
+        raised = [r for r in bad if r.traceback]
         what = ("kernel raised" if raised and len(raised) == len(bad) else
                 "kernel disagrees with the glaref oracle")
         exc = AssertionError(
             f"{what} on {len(bad)} of {len(records)} rows "
-            f"(dtype {parsed.dtype}, compute dtype {bad[0].get('compute_dtype')}, "
-            f"chunk_size={bad[0].get('chunk_size')}; calibrated tier: normwise error against "
+            f"(dtype {parsed.dtype}, compute dtype {bad[0].params.get('compute_dtype')}, "
+            f"chunk_size={bad[0].params.get('chunk_size')}; calibrated tier: normwise error against "
             f"glaref's same-precision reference kernels on the same inputs; proven tier: "
             f"budget_ulps, error in units of u x the element's sum of |terms|, against the "
             f"worst case of any correct kernel):\n{rows_text}")
-        exc.records = records      # every row's record, as the audit's JSON report has them
+        exc.records = [r.to_json() for r in records]   # as the audit's JSON report has them
         if raised:
-            raise exc from KernelRaised(raised[0]["traceback"])
+            raise exc from KernelRaised(raised[0].traceback)
         raise exc
-    return records
+    return [r.to_json() for r in records]
 
 
 class KernelRaised(Exception):
@@ -309,7 +310,7 @@ def _received(args: dict[str, Any], claimed: dict[str, Any]):
             raise DTypeError(
                 f"{n}: got {float(x[i])!r} at {i} (canonical \"bhtd\" index), which is not a {dtype} "
                 f"number, expected exactly the {dtype} values the kernel received (glaref rounds "
-                f"nothing: pass the tensors the kernel was given, or the dtype it received)")
+                f"nothing: pass the tensors the kernel was given, or the dtype it received)", argument=n)
     return p, replace(claims, gate="vector" if p.vector_gate else "scalar"), scale
 
 

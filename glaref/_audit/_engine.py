@@ -32,7 +32,6 @@ from typing import Any, Callable, Iterable
 from .. import _claims, _probes, _verdict
 from .._claims import Claims
 from .._errors import AuditUsageError, NonFiniteError
-from .._frameworks import FRAMEWORKS
 from .._inputs import Dims
 from . import _args, _device, _records, _report
 from ._presets import BUILTIN_IMPLS
@@ -81,22 +80,25 @@ def _oracle_memory(dims: Dims, modes: Iterable[str], host: int | None) -> str | 
 
 class _Sink:
     """Where each row goes as it is made: the returned records, the JSON report (rewritten
-    atomically), the caller's callback; and the progress line announcing it."""
+    atomically) and the caller's callback (both the record's JSON form); and the progress line
+    announcing it."""
 
     def __init__(self, total: int, writer, on_record, progress):
-        self.records: list[dict[str, Any]] = []
+        self.records: list[_records.Record] = []
         self.total, self.writer, self.on_record, self.progress = total, writer, on_record, progress
 
     def announce(self, text: str) -> None:
         if self.progress:
             self.progress(f"[{len(self.records) + 1}/{self.total}] {text}")
 
-    def add(self, rec: dict[str, Any]) -> None:
+    def add(self, rec: _records.Record) -> None:
         self.records.append(rec)
-        if self.writer:
-            self.writer.add(rec)
-        if self.on_record:
-            self.on_record(rec)
+        if self.writer or self.on_record:
+            as_json = rec.to_json()
+            if self.writer:
+                self.writer.add(as_json)
+            if self.on_record:
+                self.on_record(as_json)
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ class _Audit:
     probe_runners: dict = field(default_factory=dict, compare=False)
 
 
-def run_rows(a: _Audit, sink: _Sink) -> list[dict[str, Any]]:
+def run_rows(a: _Audit, sink: _Sink) -> list[_records.Record]:
     """Every row of the audit ``a``, problem by problem, into ``sink``; its records."""
     a.rows.family.warm(a.rows.oracle, a.claims.gate, a.rows.packing is not None)
     for regime, cname, dims in a.rows.plan():
@@ -155,7 +157,7 @@ def _problem_rows(a: _Audit, sink: _Sink, regime: str, cname: str, dims: Dims) -
     except NonFiniteError as exc:
         # the oracle's own results overflow (the regimes' inputs are moderate: an extreme scale):
         # nothing can be judged against them
-        raise AuditUsageError(str(exc)) from None
+        raise AuditUsageError(str(exc), exc.argument) from None
 
 
 def _probe(a: _Audit, subject: Subject, where: _records.Where, m, problem) -> list:
@@ -190,7 +192,7 @@ def _check_user_claims(impl_list: list, chunk_size, accumulate_dtype, dlog_alpha
         name, value = next(iter(given.items()))
         raise AuditUsageError(
             f"{name}: got {value!r}, but it describes user kernels and every kernel here is "
-            f"built in ({', '.join(impl_list)}); built-in kernels carry their own")
+            f"built in ({', '.join(impl_list)}); built-in kernels carry their own", argument=name)
 
 
 # ---------------------------------------------------------------- the faces
@@ -276,17 +278,12 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     rows = _args.rows(pre, configs=configs, seqs=seqs, modes=modes, regimes=regimes, seed=seed,
                       scale=run["scale"], cu_seqlens=run["cu_seqlens"],
                       oracle_impl=run["oracle_impl"], shard=run["shard"])
-    precision, backend = run["precision"], run["backend"]
-    _args.choices("precision", precision, _verdict.PRECISIONS)
     reps = pre.repeats if run["repeats"] is None else _args.integer("repeats", run["repeats"], 0)
-    if backend is not None and not isinstance(backend, str):
-        raise AuditUsageError(f"backend: got {backend!r}, expected a platform name such as "
-                              "'cpu' or 'gpu', or None")
     if json_path is not None:
         json_path = _report.check_output(json_path, "json_path")
-    how = JaxOptions(preset, precision, backend, reps, json_path, on_record, progress,
-                     run["memory_guard"], check_probes(run["probes"]))
-    return audit_jax(impl_list, rows, claims, how)
+    how = JaxOptions(preset, run["precision"], run["backend"], reps, json_path, on_record,
+                     progress, run["memory_guard"], check_probes(run["probes"]))
+    return [r.to_json() for r in audit_jax(impl_list, rows, claims, how)]
 
 
 @dataclass(frozen=True)
@@ -303,6 +300,12 @@ class JaxOptions:
     memory_guard: bool = True
     probes: tuple[str, ...] = ()
 
+    def __post_init__(self):
+        _args.choices("precision", self.precision, _verdict.PRECISIONS)
+        if self.backend is not None and not isinstance(self.backend, str):
+            raise AuditUsageError(f"backend: got {self.backend!r}, expected a platform name such "
+                                  "as 'cpu' or 'gpu', or None", argument="backend")
+
 
 def check_probes(probes) -> tuple[str, ...]:
     """``probes`` as the audit takes it (None/False, True/"all", or names), checked."""
@@ -314,11 +317,12 @@ def check_probes(probes) -> tuple[str, ...]:
 
 
 def audit_jax(impls: list, rows: _args.Rows, claims: Claims,
-              how: JaxOptions) -> list[dict[str, Any]]:
-    """The rows of JAX kernels ``impls`` (checked arguments: the faces :func:`audit` and
-    ``glaref.testing.check_kernel`` parse them)."""
+              how: JaxOptions) -> list[_records.Record]:
+    """The records of JAX kernels ``impls`` (checked arguments: the faces :func:`audit` and
+    ``glaref.testing.check_kernel`` parse them); ``how.on_record`` receives each one's JSON
+    form."""
     if not impls:
-        raise AuditUsageError("impl: got no kernel")
+        raise AuditUsageError("impl: got no kernel", argument="impl")
     _check_user_claims(impls, claims.chunk_size, claims.accumulate_dtype, claims.dlog_alpha_form)
     jax = _device.import_jax()
     device = _device.select_device(how.backend)
@@ -345,7 +349,7 @@ def audit_jax(impls: list, rows: _args.Rows, claims: Claims,
 
 def audit_kernel(kernel: Callable, rows: _args.Rows, claims: Claims, *, framework: str,
                  detected: bool = False, device: str | None = None,
-                 memory_guard: bool = True, probes=None) -> list[dict[str, Any]]:
+                 memory_guard: bool = True, probes=None) -> list[_records.Record]:
     """Accuracy rows of one torch or NumPy kernel (``framework``), one record per row.
 
     The rows (``_args.rows``), problems, oracle, verdict and record format are :func:`audit`'s;
@@ -364,14 +368,6 @@ def audit_kernel(kernel: Callable, rows: _args.Rows, claims: Claims, *, framewor
     A kernel that raises, or returns the wrong structure, is a failed row. Rows whose oracle side
     would not fit in the host's memory are skipped (``ok`` null) unless ``memory_guard`` is False.
     """
-    if framework not in FRAMEWORKS:
-        raise AuditUsageError(f"framework: got {framework!r}, expected one of {FRAMEWORKS}")
-    if not callable(kernel):
-        raise AuditUsageError(f"kernel: got {type(kernel).__name__}, expected a {framework} "
-                              "callable (q, k, v, log_alpha, h0) -> o | (o, h_T)")
-    if device is not None and framework != "torch":
-        raise AuditUsageError(f"device: got {device!r} for a {framework} kernel, expected None "
-                              "(torch kernels only)")
     if framework == "numpy":     # forward only: one "fwd" row where fwd_bwd was asked for
         rows = rows.only_forward()
     subject = framework_subject(kernel, claims, packed=rows.packing is not None)

@@ -24,11 +24,10 @@ from typing import Any, Iterable, TextIO
 
 from .._errors import AuditEnvironmentError, AuditUsageError
 from .._inputs import FORWARD, GRADS, OUTPUTS
-from .._judge import Mismatch
-from .._probes import ProbeResult
-from .._where import where_lines
 from ..tolerances import tol
+from ._messages import extra_lines, place, verdict
 from ._presets import coverage
+from ._records import Record, as_record
 
 # Record keys beyond the seed report's (tests hold the schema to exactly these).
 RECORD_ADDITIONS = (
@@ -55,31 +54,31 @@ def check_output(path, what: str, formats: tuple[str, ...] | None = None) -> str
     try:
         p = os.fspath(path)
     except TypeError:
-        raise AuditUsageError(f"{what}: got {path!r}, expected a file path") from None
+        raise AuditUsageError(f"{what}: got {path!r}, expected a file path", argument=what) from None
     if not isinstance(p, str) or not p:
-        raise AuditUsageError(f"{what}: got {path!r}, expected a file path")
+        raise AuditUsageError(f"{what}: got {path!r}, expected a file path", argument=what)
     example = "audit." + (formats[0] if formats else "json")
     if os.path.isdir(p):
         raise AuditUsageError(f"{what}: got {p!r}, which is a directory; expected a file name "
-                              f"(e.g. {os.path.join(p, example)})")
+                              f"(e.g. {os.path.join(p, example)})", argument=what)
     if formats is not None and os.path.splitext(p)[1].lower().lstrip(".") not in formats:
         raise AuditUsageError(f"{what}: got {p!r}, expected a file name ending in "
-                              f"{', '.join('.' + f for f in formats)}")
+                              f"{', '.join('.' + f for f in formats)}", argument=what)
     if os.path.exists(p) and not os.path.isfile(p):
-        raise AuditUsageError(f"{what}: got {p!r}, which is not a regular file")
+        raise AuditUsageError(f"{what}: got {p!r}, which is not a regular file", argument=what)
     # the nearest directory that exists (the missing ones are created when the file is written)
     directory = os.path.dirname(os.path.abspath(p))
     while not os.path.exists(directory):
         directory = os.path.dirname(directory)
     if not os.path.isdir(directory):
-        raise AuditUsageError(f"{what}: cannot write {p!r}: {directory!r} is not a directory")
+        raise AuditUsageError(f"{what}: cannot write {p!r}: {directory!r} is not a directory", argument=what)
     try:
         fd, tmp = tempfile.mkstemp(prefix=".glaref-check-", dir=directory)
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
         raise AuditUsageError(f"{what}: cannot write {p!r}: no file can be created in "
-                              f"{directory!r} ({exc.strerror or exc})") from None
+                              f"{directory!r} ({exc.strerror or exc})", argument=what) from None
     return p
 
 
@@ -116,7 +115,8 @@ class JsonWriter:
         try:
             self._write()
         except OSError as exc:      # the path was checked before the run: a full disk, say
-            raise AuditEnvironmentError(f"json_path: writing {self.path!r} failed: {exc}") from None
+            raise AuditEnvironmentError(f"json_path: writing {self.path!r} failed: {exc}",
+                                        argument="json_path") from None
 
     def _write(self) -> None:
         directory = os.path.dirname(os.path.abspath(self.path))
@@ -157,62 +157,27 @@ def failed_outputs(r: dict[str, Any]) -> list[str]:
     return list(r.get("failed_tier") or {})
 
 
-def _largest(values: dict[str, float | None]) -> tuple[str | None, float | None]:
-    vals = [(n, x) for n, x in values.items() if x is not None]
-    if not vals:
-        return None, None
-    return max(vals, key=lambda nx: nx[1])
-
-
-def reference_used(r: dict[str, Any]) -> tuple[str | None, float | None]:
+def reference_used(r: Record) -> tuple[str | None, float | None]:
     """(output, ratio): the largest ratio of an output's error to the same-precision reference
     kernels' error (the calibrated tier; fails above ``allowed_ratio``)."""
-    return _largest(r.get("reference_ratio") or {})
+    vals = [(n, o.reference_ratio) for n, o in r.outputs.items() if o.reference_ratio is not None]
+    return max(vals, key=lambda nx: nx[1]) if vals else (None, None)
 
 
-def bound_used(r: dict[str, Any]) -> float | None:
+def bound_used(r: Record) -> float | None:
     """The largest budget_ulps / bound over a record's outputs: the share of a correct kernel's
     worst-case rounding error the kernel used (> 1 fails: the proven tier). None when nothing was
     measured or no output has a finite bound; nan when an output has non-finite values (no
     figure describes it)."""
-    if any((r.get("nonfinite") or {}).values()):
+    if any(o.nonfinite for o in r.outputs.values()):
         return math.nan
-    ulps, bounds = r.get("budget_ulps") or {}, r.get("budget_bound") or {}
     vals = []
-    for n, u in ulps.items():
-        b = bounds.get(n)
+    for o in r.outputs.values():
+        u, b = o.budget_ulps, o.budget_bound
         if u is None or b is None or math.isinf(b):
             continue
         vals.append(0.0 if u == 0 else math.inf if b == 0 else u / b)
     return max(vals) if vals else None
-
-
-def verdict(r: dict[str, Any]) -> str:
-    """A measured row's compact verdict: "ok"; "less accurate" and each such output with its ratio
-    to the most accurate designs' error (x_best); or "FAIL" and each failing output with the tier
-    that failed it: its ratio to the reference kernels (calibrated), "proven" (beyond the
-    worst-case bound), "nan" (non-finite) or "undecided" (no verdict could be reached)."""
-    if r.get("ok"):
-        if r.get("outcome") != "less_accurate":
-            return "ok"
-        less = [n for n, o in (r.get("outcomes") or {}).items() if o == "less_accurate"]
-        return "less accurate " + ",".join(f"{n}:{r['x_best'][n]:.3g}x" for n in less)
-    tiers = r.get("failed_tier") or {}
-    ratios = r.get("reference_ratio") or {}
-    parts = []
-    for n in failed_outputs(r):
-        t = tiers.get(n)
-        if t == "calibrated":
-            parts.append(f"{n}:{ratios[n]:.3g}x")
-        elif t == "nonfinite":
-            parts.append(f"{n}:nan")
-        elif t == "probe":                  # "probe determinism" (glaref._probes)
-            parts.append(n)
-        elif t:
-            parts.append(f"{n}:{t}")
-        else:
-            parts.append(n)
-    return "FAIL " + ",".join(parts)
 
 
 LEGEND = (
@@ -281,158 +246,92 @@ class Table:
         print(self.header, file=self.stream)
         print("-" * len(self.header), file=self.stream, flush=True)
 
-    def line(self, r: dict[str, Any]) -> str:
-        reg = f"{r.get('regime', ''):<{self.w_reg}} " if self.w_reg else ""
-        reg += f"{r.get('gate') or '-':<6} " if self.gate else ""
+    def line(self, r: Record | dict[str, Any]) -> str:
+        """A row of the table (a record, or its JSON form)."""
+        r = as_record(r)
+        reg = f"{r.regime or '':<{self.w_reg}} " if self.w_reg else ""
+        reg += f"{r.gate or '-':<6} " if self.gate else ""
         if self.packed:
-            cu = r.get("cu_seqlens")
+            cu = r.cu_seqlens
             reg += f"{'-' if cu is None else len(cu) - 1:>5} "
-        lead = (f"{short_name(r['impl']):<{self.w_impl}} {r['mode']:<7} {reg}"
-                f"{r['config']:<{self.w_cfg}} {r['seq']:>5} ")
-        if "error" in r:
-            return lead + f"FAIL: {r['error']}"
-        if "skipped" in r:
-            return lead + f"skipped: {r['skipped']}"
-        errs = {**r.get("rel_err_out", {}), **(r.get("rel_err_grads") or {})}
-        cols = " ".join(f"{_e(errs.get(c)):>9}" for c in ERR_COLUMNS)
+        lead = (f"{short_name(r.impl):<{self.w_impl}} {r.mode:<7} {reg}"
+                f"{r.config:<{self.w_cfg}} {r.seq:>5} ")
+        if r.error is not None:
+            return lead + f"FAIL: {r.error}"
+        if r.skipped is not None:
+            return lead + f"skipped: {r.skipped}"
+        cols = " ".join(f"{_e(r.outputs[c].rel_err if c in r.outputs else None):>9}"
+                        for c in ERR_COLUMNS)
         used = bound_used(r)
         used_s = "-" if used is None else "nan" if math.isnan(used) else \
             "inf" if math.isinf(used) else f"{used:.2g}"
         name, ratio = reference_used(r)
-        bad = [n for n, c in (r.get("nonfinite") or {}).items() if c]
+        bad = [n for n, o in r.outputs.items() if o.nonfinite]
         if bad:                 # a row with non-finite values has no finite ratio to show
             name, ratio = bad[0], math.nan
         ref_s = "-" if ratio is None else (f"{ratio:.2g}" if math.isfinite(ratio) else
                                            "nan" if math.isnan(ratio) else "inf") \
             + f"({name})"
-        return (lead + f"{_f(r.get('median_ms'), '9.2f')} {_f(r.get('compile_s'), '9.2f')} "
-                f"{_f(r.get('xla_temp_mb'), '8.1f')} {_f(r.get('residual_mb'), '8.1f')} "
+        f = r.figures
+        return (lead + f"{_f(f.get('median_ms'), '9.2f')} {_f(f.get('compile_s'), '9.2f')} "
+                f"{_f(f.get('xla_temp_mb'), '8.1f')} {_f(f.get('residual_mb'), '8.1f')} "
                 f"{cols} {ref_s:>14} {used_s:>7}  {verdict(r)}")
 
-    def row(self, r: dict[str, Any]) -> None:
+    def row(self, r: Record | dict[str, Any]) -> None:
+        r = as_record(r)
         print("\n".join([self.line(r)] + extra_lines(r)), file=self.stream, flush=True)
-
-
-def extra_lines(r: dict[str, Any]) -> list[str]:
-    """The lines under a row: its failing outputs' mismatched elements (``mismatch_line``), its
-    diagnosis (glaref._where) and its probes' results, indented."""
-    lines = [f"  {n}: {mismatch_line(mm, r.get('layout', 'bhtd'))}"
-             for n, mm in (r.get("mismatched") or {}).items()]
-    lines += [f"  where: {r['diagnosis']}"] if r.get("diagnosis") else []
-    lines += ["  " + ProbeResult(**p).line() for p in r.get("probes") or []]
-    return lines
 
 
 # ---------------------------------------------------------------- verdict
 
-def _where(r: dict[str, Any]) -> str:
-    where = [r["regime"]] if r.get("regime") else []
-    if r.get("gate", "scalar") != "scalar":
-        where.append(f"{r['gate']} gates")
-    if r.get("cu_seqlens") is not None:
-        where.append(f"packed {r['cu_seqlens']}")
-    reg = f" ({', '.join(where)})" if where else ""
-    return f"{r['impl']} {r['mode']} {r['config']} T={r['seq']}{reg}"
-
-
-def figure(x: Any) -> str:
-    """A figure in messages: 4 significant digits, '-' for None."""
-    return "-" if x is None else f"{x:.4g}"
-
-
-def describe(r: dict[str, Any]) -> str:
-    """A failing row in full: where it ran, then each failing output's figures (or why nothing
-    could be measured). The one wording of ``glaref.testing``'s AssertionError and of the
-    failures the CLI lists under its table."""
-    where = (f"{r['impl']} {r['mode']} config {r['config']} "
-             f"(B={r['batch']} G={r['groups']} H={r['heads']} dk={r['dk']} dv={r['dv']}) "
-             f"T={r['seq']} regime {r.get('regime')}"
-             + (f" gate {r['gate']}" if r.get("gate", "scalar") != "scalar" else ""))
-    if "error" in r:
-        return f"{where}: kernel not measured: {r['error']}"
-    if "skipped" in r:
-        return f"{where}: skipped by glaref: {r['skipped']}"
-    only = f" (forward only: {r['forward_only']})" if r.get("forward_only") else ""
-    lines = [f"{where}: {r.get('verdict')}{only}"]
-    rel = {**(r.get("rel_err_out") or {}), **(r.get("rel_err_grads") or {})}
-    first_bad = r.get("nonfinite_first_index") or {}
-    ratios = r.get("reference_ratio") or {}
-    base = r.get("reference_rel_err") or {}
-    for name, tier in (r.get("failed_tier") or {}).items():
-        if tier == "probe":                 # worded below, from the record's probes
-            continue
-        label = name if name in FORWARD else f"{name} (gradient)"
-        if r["nonfinite"].get(name):        # no ratio or budget describes a non-finite output
-            lines.append(f"  {label}: {r['nonfinite'][name]} non-finite value(s), first at "
-                         f"{tuple(first_bad.get(name, ()))}")
-            continue
-        figures = (f"{tier} tier: {figure(ratios.get(name))}x the reference kernels' "
-                   f"error (allowed {figure(r.get('allowed_ratio'))}x; rel_err "
-                   f"{figure(rel.get(name))} vs {figure(base.get(name))}), "
-                   f"budget_ulps {figure(r['budget_ulps'].get(name))} "
-                   f"(proven bound {figure(r['budget_bound'].get(name))}), "
-                   f"max_abs_err {figure(r['max_abs_err'].get(name))}")
-        lines.append(f"  {label}: {figures}")
-        mm = (r.get("mismatched") or {}).get(name)
-        if mm:
-            lines.append(f"  {label}: {mismatch_line(mm, r.get('layout', 'bhtd'))}")
-    # where the errors are (glaref._where) and the failing probes (glaref._probes)
-    lines += [f"  {line}" for line in where_lines(r)]
-    lines += [f"  probe {p['probe']}: {p['detail']}" for p in r.get("probes") or []
-              if p["passed"] is False]
-    return "\n".join(lines)
-
-
-def mismatch_line(mm: dict[str, Any], layout: str) -> str:
-    """A record's ``mismatched`` entry of one output in words (``glaref._judge.Mismatch.line``)."""
-    return Mismatch(mm["count"], mm["size"], mm["bound"], mm["worst"],
-                    None if mm["worst_index"] is None else tuple(mm["worst_index"]), layout).line()
-
-
-def tracebacks(records: list[dict[str, Any]], most: int = 2) -> list[str]:
+def tracebacks(records, most: int = 2) -> list[str]:
     """Where the kernels that raised raised: the tracebacks of the first ``most`` such rows
     (the kernel's frames; all are in the JSON report's ``traceback``)."""
-    raised = [r for r in records if r.get("traceback")]
-    out = [f"traceback of {_where(r)}:\n{r['traceback'].rstrip()}" for r in raised[:most]]
+    raised = [r for r in map(as_record, records) if r.traceback]
+    out = [f"traceback of {place(r)}:\n{r.traceback.rstrip()}" for r in raised[:most]]
     if len(raised) > most:
         out.append(f"({len(raised) - most} more tracebacks in the JSON report)")
     return out
 
 
-def summary(records: list[dict[str, Any]], *, first: bool = True) -> tuple[int, str]:
+def summary(records, *, first: bool = True) -> tuple[int, str]:
     """(exit code, one-line reason ending with what ran, ``_presets.coverage``): 1 when a row
     failed (a bound exceeded, a non-finite output, a kernel that raised) or nothing was audited;
     else 3 when glaref declined rows (skipped: not enough memory), naming the first with its
     reason; else 0. ``first=False``: the headline alone (the plot's title), without the first
-    failing or declined row and what ran."""
-    failed = [r for r in records if r.get("ok") is False]
-    skipped = [r for r in records if r.get("ok") is None]
-    passed = [r for r in records if r.get("ok") is True]
+    failing or declined row and what ran. ``records``: Records or their JSON forms."""
+    recs = [as_record(r) for r in records]
+    failed = [r for r in recs if r.ok is False]
+    skipped = [r for r in recs if r.ok is None]
+    passed = [r for r in recs if r.ok is True]
     also = f"; {len(skipped)} skipped" if skipped else ""
-    ran = f"; ran {coverage(records)}"
+    ran = f"; ran {coverage([r.to_json() for r in recs])}"
     if failed:
         r = failed[0]
-        why = (r.get("failures") or [r.get("error", "")])[0]
-        more = len(r.get("failures", [])) - 1
+        why = r.failures[0]
+        more = len(r.failures) - 1
         why += f" (+{more} more output(s))" if more > 0 else ""
-        head = f"FAIL: {len(failed)} of {len(records)} rows fail the verdict{also}"
-        return 1, (f"{head} (first: {_where(r)}: {why}){ran}" if first else head)
-    if not records:
+        head = f"FAIL: {len(failed)} of {len(recs)} rows fail the verdict{also}"
+        return 1, (f"{head} (first: {place(r)}: {why}){ran}" if first else head)
+    if not recs:
         return 1, "FAIL: no row was audited"
     within = f"within {_ratio():g}x the reference kernels' error and the proven bound"
     if skipped:
         r = skipped[0]
-        head = (f"INCOMPLETE: {len(passed)} rows {within}, {len(skipped)} of {len(records)} "
+        head = (f"INCOMPLETE: {len(passed)} rows {within}, {len(skipped)} of {len(recs)} "
                 "skipped by glaref")
-        return 3, (f"{head} (first: {_where(r)}: {r['skipped']}){ran}" if first else head)
+        return 3, (f"{head} (first: {place(r)}: {r.skipped}){ran}" if first else head)
     return 0, f"OK: {len(passed)} rows {within}{ran}"
 
 
-def notes(records: list[dict[str, Any]], most: int = 6) -> list[str]:
+def notes(records, most: int = 6) -> list[str]:
     """The rows' notes (``_verdict.looseness_notes``: where an undeclared chunk structure or
-    dlog_alpha form left a verdict looser than a declaration would), one line each with its row,
-    at most ``most`` and a count of the rest (all are in the JSON report)."""
-    lines = [f"note: {_where(r)}: {n}" for r in records for n in r.get("notes") or []]
+    dlog_alpha form left a verdict looser than a declaration would; the less accurate outputs'
+    reasons), one line each with its row, at most ``most`` and a count of the rest (all are in
+    the JSON report)."""
+    recs = [as_record(r) for r in records]
+    lines = [f"note: {place(r)}: {n}" for r in recs
+             for n in r.notes + [r.outputs[o].reason for o in r.less_accurate]]
     if len(lines) > most:
         lines = lines[:most] + [f"note: {len(lines) - most} more in the records' 'notes'"]
     return lines
