@@ -80,11 +80,27 @@ def scales(q, k, v, log_alpha, h0=None, do=None, dh_T=None, *, scale=1.0, layout
 
     Each element is the sum of the absolute values of the terms that element adds up, from the
     recurrence and its vjp run on |q|, |k|, |v|, |h0|, |do|, |dh_T|. A correct kernel's error on
-    an element is a small multiple of u * scale (docs/budgets.md). Arguments as for
-    ``glaref.vjp``; without ``do`` only o and h_T are returned (the other fields are None).
-    Results are float64, o and the gradients in the caller's layout. Vector gates (log_alpha
-    (B, H, T, dk)) and packed sequences (``cu_seqlens``) as in ``glaref.vjp``; the scales of
-    dlog_alpha then have log_alpha's shape.
+    an element is a small multiple of u * scale (docs/budgets.md).
+
+    Parameters
+    ----------
+    q, k, v, log_alpha, h0, do, dh_T, scale, layout, impl, allow_nonfinite, cu_seqlens
+        As for ``glaref.vjp`` (vector gates and packed sequences included); ``do=None``: only
+        the forward's scales.
+
+    Returns
+    -------
+    Scales
+        float64 scales of o, h_T, the gradients (q, k, v, log_alpha, h0; log_alpha the direct
+        form's) and log_alpha_identity (the reverse-cumsum identity's), o and the gradients in
+        the caller's layout, dlog_alpha's of log_alpha's shape; the gradients' fields are None
+        without ``do``.
+
+    Raises
+    ------
+    glaref.GlarefError
+        As ``glaref.vjp`` raises them (a bad argument named in the message, non-finite inputs
+        without ``allow_nonfinite``).
     """
 
     p = _inputs.canonicalize(q, k, v, log_alpha, h0, do, dh_T, layout=layout,

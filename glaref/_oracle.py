@@ -137,13 +137,48 @@ def _warn_nonfinite(what: str, p: Problem, scale: float, results: dict[str, np.n
 
 def forward(q, k, v, log_alpha, h0=None, *, scale=1.0, layout="bhtd", impl="numba",
             allow_nonfinite=False, cu_seqlens=None):
-    """Run the recurrence in float64. Returns ``(o, h_T)`` as float64 numpy arrays.
+    """Run the recurrence in float64.
 
-    o has v's layout, (B, H, T, dv) for "bhtd" or (B, T, H, dv) for "bthd"; h_T is (B, H, dk, dv).
-    log_alpha (B, H, T) is a scalar gate, (B, H, T, dk) a vector gate (one decay per key
-    dimension). ``cu_seqlens`` (N + 1 integer offsets, B = 1): N packed sequences, each from
-    h0[n] to h_T[n], with h0 and h_T (N, H, dk, dv). Non-finite results come with a
-    ``glaref.NonFiniteWarning`` saying why.
+    Parameters
+    ----------
+    q, k : array_like
+        (B, G, T, dk) for layout "bhtd", (B, T, G, dk) for "bthd"; G groups of H / G heads.
+    v : array_like
+        (B, H, T, dv), or (B, T, H, dv) for "bthd".
+    log_alpha : array_like
+        (B, H, T) a scalar gate, or (B, H, T, dk) a vector gate (one decay per key dimension);
+        time second or third as ``layout`` says.
+    h0 : array_like, optional
+        (B, H, dk, dv) initial state; None means zeros.
+    scale : float, default 1.0
+        Multiplies o.
+    layout : {"bhtd", "bthd"}, default "bhtd"
+        Where the time axis is, for the arguments and o.
+    impl : {"numba", "numpy"}, default "numba"
+        The fast path or the readable reference (same signature, same results).
+    allow_nonfinite : bool, default False
+        Accept NaN or infinity in the inputs (else ``glaref.NonFiniteError``).
+    cu_seqlens : array_like of int, optional
+        N + 1 offsets with B = 1: N packed sequences, each from h0[n] to h_T[n], h0 and h_T
+        then (N, H, dk, dv).
+
+    Returns
+    -------
+    o : numpy.ndarray
+        float64, v's layout: (B, H, T, dv) or (B, T, H, dv).
+    h_T : numpy.ndarray
+        float64, (B, H, dk, dv) (or (N, H, dk, dv) packed).
+
+    Raises
+    ------
+    glaref.ShapeError, glaref.DTypeError, glaref.LayoutError, glaref.SeqlensError
+        An argument of the wrong shape, dtype, layout or offsets, named in the message.
+    glaref.NonFiniteError
+        Non-finite inputs without ``allow_nonfinite``.
+    glaref.ArgumentError
+        An unknown ``impl`` or a non-bool ``allow_nonfinite``.
+
+    Non-finite results come with a ``glaref.NonFiniteWarning`` saying why.
     """
     p = _inputs.canonicalize(q, k, v, log_alpha, h0, layout=layout, allow_nonfinite=allow_nonfinite,
                              cu_seqlens=cu_seqlens)
@@ -160,10 +195,27 @@ def vjp(q, k, v, log_alpha, h0, do, dh_T=None, *, scale=1.0, layout="bhtd", impl
         allow_nonfinite=False, cu_seqlens=None) -> Grads:
     """Gradient of L = sum(o * do) + sum(h_T * dh_T) with respect to all five inputs.
 
-    ``h0=None`` means zeros and ``dh_T=None`` means zero; dh0 is returned either way. dq and dk
-    are summed over the heads of their group. Results are float64 in the caller's layout;
-    dlog_alpha has log_alpha's shape (scalar or vector gate). ``cu_seqlens`` as for ``forward``.
-    Non-finite results come with a ``glaref.NonFiniteWarning`` saying why.
+    Parameters
+    ----------
+    q, k, v, log_alpha, h0, scale, layout, impl, allow_nonfinite, cu_seqlens
+        As for :func:`forward` (``h0=None`` means zeros).
+    do : array_like
+        The cotangent of o, o's shape and layout.
+    dh_T : array_like, optional
+        The cotangent of h_T, (B, H, dk, dv); None means zero.
+
+    Returns
+    -------
+    Grads
+        Named tuple (q, k, v, log_alpha, h0) of float64 gradients in the caller's layout: dq
+        and dk summed over the heads of their group, dlog_alpha of log_alpha's shape (scalar or
+        vector gate), dh0 whether h0 was given or not. Non-finite ones come with a
+        ``glaref.NonFiniteWarning`` saying why.
+
+    Raises
+    ------
+    glaref.GlarefError
+        As :func:`forward` raises them, for do and dh_T too.
     """
     p = _inputs.canonicalize(q, k, v, log_alpha, h0, do, dh_T, layout=layout,
                              allow_nonfinite=allow_nonfinite, need_do=True, cu_seqlens=cu_seqlens)

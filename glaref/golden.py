@@ -36,6 +36,10 @@ from ._errors import GlarefError
 from ._inputs import ARRAYS as INPUTS
 from ._inputs import OUTPUTS as GLAREF_NAMES  # noqa: F401 - public here, beside OUTPUTS
 
+__all__ = ["ARRAYS", "Case", "FIGURES", "FORMAT_VERSION", "GLAREF_NAMES", "INPUTS", "MANIFEST",
+           "OUTPUTS", "OracleFileError", "REFERENCE_KERNELS", "SCALES", "STRUCTURES", "cases",
+           "default_root", "load", "manifest", "read_npz", "sha256_file"]
+
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 

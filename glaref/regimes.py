@@ -48,6 +48,10 @@ import numpy as np
 
 from ._inputs import Dims, Problem, check_cu_seqlens
 
+__all__ = ["DEFAULT_REGIMES", "GATES", "LARGE_VALUES_SCALE", "LONG_MAX_D", "LONG_T",
+           "MIXED_NEAR_ONE", "NEAR_ONE_LOG_ALPHA", "POSITIVE_TOTAL_MEAN", "RAGGED_T", "REGIMES",
+           "Regime", "STRONG_DECAY_DIVISOR", "get", "make_inputs", "random_cu_seqlens"]
+
 GATES = ("scalar", "vector")
 
 RAGGED_T = (1, 63, 65, 1000)

@@ -38,6 +38,10 @@ from .._inputs import Dims, Problem
 from ..regimes import GATES
 from ._oracle import DeltaProblem
 
+__all__ = ["CONVERGED_NOISE", "GATE_SHIFT", "LONG_MAX_D", "LONG_T", "NEAR_ONE_BETA",
+           "NEAR_ONE_LOG_ALPHA", "NEAR_ZERO_BETA", "RAGGED_T", "REGIMES", "Regime",
+           "STRONG_DECAY_DIVISOR", "get", "make_inputs"]
+
 RAGGED_T = (0, 1, 63, 65, 1000)
 LONG_T = 4096
 LONG_MAX_D = 16
