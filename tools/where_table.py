@@ -69,6 +69,15 @@ def failed_probes(rec: dict) -> list[str]:
     return [p["probe"] for p in rec.get("probes") or [] if p["passed"] is False]
 
 
+def _emit_row(emit, r: dict, cells: str, right: bool, tail: str) -> None:
+    """One kernel x regime line (its cells, whether glaref got it right, its probes, the tail),
+    then each failing probe's detail."""
+    emit(f"{cells} {'yes' if right else 'NO':<5}  {probes_of(r)}  |  {tail}")
+    for p in r.get("probes") or []:
+        if p["passed"] is False:
+            emit(f"{'':<36}{p['probe']}: {p['detail'][:220]}")
+
+
 def _audit(kernels: dict, config: str, **claims) -> dict[tuple[str, str], dict]:
     """{(name, regime): record} of one audit of ``kernels`` in both regimes."""
     recs = glaref.audit(list(kernels.values()), config, [T], ["fwd_bwd"], regimes=list(REGIMES),
@@ -110,11 +119,8 @@ def mutant_lines(emit) -> int:
             want = mutants.PROBE_EXPECTED[name]
             right = want in failed_probes(r)
             wrong += not right
-            emit(f"{name:<22} {regime:<13} {'probe ' + want:<25} {'yes' if right else 'NO':<5}  "
-                 f"{probes_of(r)}  |  {r['diagnosis']}")
-            for p in r.get("probes") or []:
-                if p["passed"] is False:
-                    emit(f"{'':<36}{p['probe']}: {p['detail'][:220]}")
+            _emit_row(emit, r, f"{name:<22} {regime:<13} {'probe ' + want:<25}", right,
+                      r["diagnosis"])
     return wrong
 
 
@@ -145,11 +151,8 @@ def zoo_lines(emit) -> int:
                 r = recs[(name, regime)]
                 right = r["diagnosis"] is None and not failed_probes(r)
                 wrong += not right
-                emit(f"{name:<22} {regime:<13} {said:<14} {'yes' if right else 'NO':<5}  "
-                     f"{probes_of(r)}  |  {r['verdict']}, {r['diagnosis']}")
-                for p in r.get("probes") or []:
-                    if p["passed"] is False:
-                        emit(f"{'':<36}{p['probe']}: {p['detail'][:220]}")
+                _emit_row(emit, r, f"{name:<22} {regime:<13} {said:<14}", right,
+                          f"{r['verdict']}, {r['diagnosis']}")
     return wrong
 
 
