@@ -36,8 +36,9 @@ import numpy as np
 from . import _claims, _judge
 from ._audit import _args
 from ._audit._engine import JaxOptions, audit_jax, audit_kernel, check_probes
-from ._audit._messages import describe, figure, less_accurate_lines
+from ._audit._messages import describe, failing_lines, less_accurate_lines, output_table
 from ._audit._presets import CHECK_CONFIG, CHECK_MODES, CHECK_REGIMES, CHECK_SEQS, Preset
+from ._audit._records import Output
 from ._claims import Claims
 from ._errors import (
     AuditEnvironmentError,
@@ -370,28 +371,6 @@ def _worst_at(x: np.ndarray, ref: np.ndarray, kind: str, layout: str) -> tuple[i
     return tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
 
 
-def _table(per, worst: dict, skipped: list[str], unjudged: list[str]) -> str:
-    """The per-output table of :func:`assert_close_to_oracle`'s message."""
-    head = ("output", "verdict", "x_ref", "allowed", "rel_err", "ref_rel_err", "budget_ulps",
-            "proven_bound", "max_abs_err", "at", "non-finite")
-    rows = [head]
-    for name, a in per.items():
-        nonfinite = "-" if not a.nonfinite else f"{a.nonfinite}, first at {tuple(a.first_nonfinite)}"
-        at = worst.get(name)
-        rows.append((name, "ok" if a.ok else f"FAIL {a.failed_tier}", figure(a.ratio),
-                     figure(a.allowed_ratio), figure(a.rel_err), figure(a.baseline_rel_err),
-                     figure(a.budget_ulps), figure(a.bound), figure(a.max_abs_err),
-                     "-" if at is None else str(at), nonfinite))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    if skipped:
-        lines.append(f"  not computed (skipped): {', '.join(skipped)}")
-    if unjudged:
-        lines.append(f"  not judged: {', '.join(unjudged)} (dlog_alpha summed over batch and time, "
-                     "e.g. FLA's dg_gamma: the verdict judges dlog_alpha itself)")
-    return "\n".join(lines)
-
-
 def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] | None = None, *,
                            oracle_impl: str | None = None, **given: Any) -> dict[str, Any]:
     """Assert that a kernel's outputs and gradients, computed anywhere, agree with the float64
@@ -471,6 +450,7 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
                  for n in per}
         mismatched = _judge.mismatches(truth, per, values, final=final, grads=bool(grads),
                                        claims=c, layout=c.layout)
+        outputs = {n: Output.of(a, mismatch=mismatched.get(n)) for n, a in per.items()}
         d = p.dims
         exc = AssertionError(
             f"kernel outputs disagree with the glaref oracle on {len(bad)} of {len(per)} judged "
@@ -478,9 +458,9 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
             f"{c.accumulate_dtype}, operand_dtype {c.operand_dtype}, chunk_size={c.chunk_size}, "
             f"dlog_alpha_form={c.dlog_alpha_form}; "
             f"B={d.B} G={d.G} H={d.H} T={d.T} dk={d.dk} dv={d.dv}, scale {sc:.6g}, "
-            f"layout {c.layout}):\n{_table(per, worst, skipped, unjudged)}\n"
-            + "\n".join(f"  {a.reason}" for a in bad) + "\n"
-            + "".join(f"  {n}: {m.line()}\n" for n, m in mismatched.items())
+            f"layout {c.layout}):\n"
+            + "\n".join(output_table(outputs, bad[0].allowed_ratio, worst, skipped, unjudged)
+                        + failing_lines(outputs)) + "\n"
             + "(x_ref: normwise error over that of glaref's same-precision reference kernels "
               "on the same inputs, the calibrated tier, failing above allowed; budget_ulps: max "
               "|x - ref| in units of u x the element's sum of |terms|, the proven tier, failing "

@@ -1,8 +1,10 @@
 """Every message about an audited row, worded from its typed record (``_records.Record``).
 
 One builder for every face: the CLI's table (:func:`verdict`, :func:`extra_lines`) and its
-summary and notes (:func:`place`), ``glaref.testing``'s AssertionError (:func:`describe`) and its
-less-accurate warning (:func:`less_accurate_lines`). Each reads the record's fields (outcomes,
+summary and notes (:func:`place`), ``glaref.testing``'s AssertionErrors (:func:`describe` for
+``check_kernel``; :func:`output_table` and :func:`failing_lines` for
+``assert_close_to_oracle``, from the same per-output ``Output``) and its less-accurate warning
+(:func:`less_accurate_lines`). Each reads the record's fields (outcomes,
 ratios, tiers, mismatches, profiles, probes), never another message. The sentences an output's
 verdict carries (``Output.reason``, ``Record.notes``) are the verdict's own
 (``glaref._verdict.assess``), quoted as they are.
@@ -19,8 +21,8 @@ from .._where import AXES
 if TYPE_CHECKING:      # the records import this module to word their verdict
     from ._records import Output, Record
 
-__all__ = ["describe", "extra_lines", "figure", "label", "less_accurate_lines", "mismatch_line",
-           "place", "verdict", "where_lines"]
+__all__ = ["describe", "extra_lines", "failing_lines", "figure", "label", "less_accurate_lines",
+           "mismatch_line", "output_table", "place", "verdict", "where_lines"]
 
 
 def figure(x) -> str:
@@ -157,3 +159,38 @@ def less_accurate_lines(rec: Record) -> list[str]:
     (its x_best, the design that explains it, the declaration that would sharpen it)."""
     return [f"  {rec.impl} {rec.mode} T={rec.seq} ({rec.regime}): {rec.outputs[n].reason}"
             for n in rec.less_accurate]
+
+
+def output_table(outputs: dict[str, Output], allowed_ratio: float, worst: dict,
+                 skipped: list[str], unjudged: list[str]) -> list[str]:
+    """The per-output table of ``glaref.testing.assert_close_to_oracle``'s message: each judged
+    output's verdict, ratio to the reference kernels, rel_err of both, budget_ulps and the proven
+    bound, max_abs_err and ``worst``'s index of it, non-finite values; then the outputs not
+    computed and those not judged."""
+    head = ("output", "verdict", "x_ref", "allowed", "rel_err", "ref_rel_err", "budget_ulps",
+            "proven_bound", "max_abs_err", "at", "non-finite")
+    rows = [head]
+    for name, o in outputs.items():
+        nonfinite = "-" if not o.nonfinite else \
+            f"{o.nonfinite}, first at {tuple(o.nonfinite_first_index)}"
+        at = worst.get(name)
+        rows.append((name, "ok" if o.ok else f"FAIL {o.failed_tier}", figure(o.reference_ratio),
+                     figure(allowed_ratio), figure(o.rel_err), figure(o.reference_rel_err),
+                     figure(o.budget_ulps), figure(o.budget_bound), figure(o.max_abs_err),
+                     "-" if at is None else str(at), nonfinite))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    if skipped:
+        lines.append(f"  not computed (skipped): {', '.join(skipped)}")
+    if unjudged:
+        lines.append(f"  not judged: {', '.join(unjudged)} (dlog_alpha summed over batch and time, "
+                     "e.g. FLA's dg_gamma: the verdict judges dlog_alpha itself)")
+    return lines
+
+
+def failing_lines(outputs: dict[str, Output]) -> list[str]:
+    """The failing outputs' reasons (the verdict's sentences), then their mismatched elements."""
+    failing = {n: o for n, o in outputs.items() if not o.ok}
+    return ([f"  {o.reason}" for o in failing.values()]
+            + [f"  {n}: {mismatch_line(o.mismatch)}" for n, o in failing.items()
+               if o.mismatch is not None])
