@@ -97,7 +97,29 @@ def _warn_nonfinite(what: str, dp: DeltaProblem, scale: float, results: dict) ->
 
 def forward(q, k, v, beta, log_alpha, h0=None, *, scale=1.0, layout="bhtd", impl="numba",
             allow_nonfinite=False, cu_seqlens=None):
-    """Run the gated delta rule in float64; returns ``(o, h_T)`` (see ``glaref.delta``)."""
+    """Run the gated delta rule in float64 (the equations in ``glaref.delta``'s docstring).
+
+    Parameters
+    ----------
+    q, k, v, log_alpha, h0, scale, layout, impl, allow_nonfinite, cu_seqlens
+        As for ``glaref.forward`` (log_alpha (B, H, T) a scalar gate, (B, H, T, dk) a vector
+        gate; zeros for DeltaNet).
+    beta : array_like
+        (B, H, T) (time second or third as ``layout`` says): the delta rule's step sizes.
+
+    Returns
+    -------
+    o : numpy.ndarray
+        float64, v's layout.
+    h_T : numpy.ndarray
+        float64, (B, H, dk, dv) (or (N, H, dk, dv) packed).
+
+    Raises
+    ------
+    glaref.GlarefError
+        As ``glaref.forward`` raises them, for beta too (a bad argument named in the message,
+        non-finite inputs without ``allow_nonfinite``).
+    """
     dp = canonicalize(q, k, v, beta, log_alpha, h0, layout=layout,
                       allow_nonfinite=allow_nonfinite, cu_seqlens=cu_seqlens)
     scale = _inputs.check_scale(scale)
@@ -112,7 +134,26 @@ def forward(q, k, v, beta, log_alpha, h0=None, *, scale=1.0, layout="bhtd", impl
 
 def vjp(q, k, v, beta, log_alpha, h0, do, dh_T=None, *, scale=1.0, layout="bhtd",
         impl="numba", allow_nonfinite=False, cu_seqlens=None) -> Grads:
-    """Gradient of L = sum(o * do) + sum(h_T * dh_T) with respect to all six inputs."""
+    """Gradient of L = sum(o * do) + sum(h_T * dh_T) with respect to all six inputs.
+
+    Parameters
+    ----------
+    q, k, v, beta, log_alpha, h0, scale, layout, impl, allow_nonfinite, cu_seqlens
+        As for :func:`forward` (``h0=None`` means zeros).
+    do, dh_T : array_like
+        The cotangents of o and h_T, as for ``glaref.vjp`` (``dh_T=None`` means zero).
+
+    Returns
+    -------
+    Grads
+        Named tuple (q, k, v, beta, log_alpha, h0) of float64 gradients in the caller's layout,
+        dq and dk summed over the heads of their group.
+
+    Raises
+    ------
+    glaref.GlarefError
+        As :func:`forward` raises them, for do and dh_T too.
+    """
     dp = canonicalize(q, k, v, beta, log_alpha, h0, do, dh_T, layout=layout,
                       allow_nonfinite=allow_nonfinite, need_do=True, cu_seqlens=cu_seqlens)
     scale = _inputs.check_scale(scale)
@@ -164,7 +205,23 @@ def scales(q, k, v, beta, log_alpha, h0=None, do=None, dh_T=None, *, scale=1.0, 
            impl="numba", allow_nonfinite=False, cu_seqlens=None) -> Scales:
     """Per-element error scales of o, h_T and (with ``do``) every gradient, dbeta included:
     each element's sum of the absolute values of the terms it adds up. A correct kernel's error
-    on an element is a small multiple of u times it. Arguments as for ``vjp``."""
+    on an element is a small multiple of u times it.
+
+    Parameters
+    ----------
+    q, k, v, beta, log_alpha, h0, do, dh_T, scale, layout, impl, allow_nonfinite, cu_seqlens
+        As for :func:`vjp`; ``do=None``: only the forward's scales.
+
+    Returns
+    -------
+    Scales
+        float64 scales of o, h_T and the gradients in the caller's layout; the gradients'
+        fields are None without ``do``.
+
+    Raises
+    ------
+    glaref.GlarefError
+        As :func:`vjp` raises them."""
     dp = canonicalize(q, k, v, beta, log_alpha, h0, do, dh_T, layout=layout,
                       allow_nonfinite=allow_nonfinite, cu_seqlens=cu_seqlens)
     scale = _inputs.check_scale(scale)
