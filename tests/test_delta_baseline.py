@@ -25,9 +25,10 @@ from glaref.delta._oracle import OUTPUTS, DeltaProblem, backend
 from glaref.tolerances import tol
 
 SCALE = 0.7
-DIMS = Dims(B=1, G=2, H=4, T=70, dk=8, dv=6)      # G < H, dk != dv, T = 4 * 16 + 6 = 64 + 6
-# (kernel, chunk): the scan, and the chunked form at two chunk sizes
-REFS = [("scan", 1)]
+DIMS = Dims(B=1, G=2, H=4, T=70, dk=8, dv=6)      # G < H, dk != dv
+# (kernel, chunk): the scan, and the chunked form at two chunk sizes (T = 70: four chunks of 16
+# and a tail of 6; one chunk of 64 and a tail of 6)
+REFS = [("scan", 1), ("chunked", 16), ("chunked", 64)]
 PACKED = [0, 0, 17, 17, 50, 70]   # empty first and middle sequences, lengths across chunk bounds
 
 
@@ -82,11 +83,12 @@ CASES = list(_cases())
 @pytest.mark.parametrize("name,dp", CASES, ids=[c[0] for c in CASES])
 def test_float64_equals_the_oracle(kernel, chunk, name, dp):
     ref = _oracle(dp)
-    res = _baseline.run(kernel, dp, SCALE, arith="float64", chunk=chunk)
-    assert set(res) == set(OUTPUTS)
-    for n in OUTPUTS:
-        assert res[n].shape == ref[n].shape and res[n].dtype == np.float64, (name, n)
-        assert rel_err(res[n], ref[n]) <= tol("delta_baseline_f64"), (name, n)
+    for decay in _baseline.DECAY_FORMS if kernel == "chunked" else ("segment_sums",):
+        res = _baseline.run(kernel, dp, SCALE, arith="float64", chunk=chunk, decay=decay)
+        assert set(res) == set(OUTPUTS)
+        for n in OUTPUTS:
+            assert res[n].shape == ref[n].shape and res[n].dtype == np.float64, (name, n)
+            assert rel_err(res[n], ref[n]) <= tol("delta_baseline_f64"), (name, decay, n)
 
 
 @pytest.mark.parametrize("gate", ("scalar", "vector"))

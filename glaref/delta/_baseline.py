@@ -67,8 +67,15 @@ def _scan(qh, kh, v, beta, alpha, h0, do, dh_T, scale, mode, grads, chunk, decay
     return (o, h_T) + nb.scan_vjp(qh, kh, v, beta, alpha, h0, do, dh_T, scale, mode)
 
 
-def _chunked(qh, kh, v, beta, alpha, h0, do, dh_T, scale, mode, grads, chunk, decay):
-    raise NotImplementedError
+def _chunked(qh, kh, v, beta, la, h0, do, dh_T, scale, mode, grads, chunk, decay):
+    from . import _baseline_numba as nb
+
+    form = DECAY_FORMS.index(decay)
+    o, h_T = nb.chunked_forward(qh, kh, v, beta, la, h0, scale, mode, chunk, form)
+    if not grads:
+        return o, h_T
+    return (o, h_T) + nb.chunked_vjp(qh, kh, v, beta, la, h0, do, dh_T, scale, mode, chunk,
+                                     form)
 
 
 _IMPLS = {"scan": _scan, "chunked": _chunked}
