@@ -20,7 +20,7 @@ import pytest
 
 from glaref._inputs import Dims
 from glaref._metrics import rel_err
-from glaref.delta import _baseline, regimes
+from glaref.delta import _baseline, _designs, regimes
 from glaref.delta._oracle import OUTPUTS, DeltaProblem, backend
 from glaref.tolerances import tol
 
@@ -139,6 +139,7 @@ def test_empty_sequence_hands_h0_through():
 @pytest.mark.parametrize("kw,arg", [
     ({"kernel": "chunk"}, "kernel"), ({"arith": "float16"}, "arith"),
     ({"operand": "fp8"}, "operand"), ({"decay": "cumsum"}, "decay"), ({"chunk": 0}, "chunk"),
+    ({"storage": "bfloat16"}, "storage"), ({"order": "lanes"}, "order"),
 ])
 def test_bad_arguments_name_themselves(kw, arg):
     dp = regimes.make_inputs("standard", dataclasses.replace(DIMS, T=3), 0)
@@ -153,3 +154,25 @@ def test_gradients_need_do():
     with pytest.raises(ValueError, match="do"):
         _baseline.run("scan", dp, SCALE)
     assert set(_baseline.run("scan", dp, SCALE, grads=False)) == {"o", "h_T"}
+
+
+@pytest.mark.parametrize("chunk_size,decay_form", [
+    (1, None), (16, None), (64, "segment_sums"), (64, "chunk_cumsum"), (None, None)])
+def test_every_design_of_the_yardstick_runs(chunk_size, decay_form):
+    """Each role a claim calls for runs through ``run`` as the engine calls it, the held-to role
+    is among the designs, and a chunked claim's designs are chunked at its own chunk size."""
+    stick = _designs.yardstick(chunk_size, decay_form)
+    assert stick.held_to in stick.designs
+    assert set(stick.extremes) | set(stick.field) <= set(stick.designs)
+    dp = regimes.make_inputs("standard", dataclasses.replace(DIMS, T=20), 0)
+    for role, d in stick.designs.items():
+        if chunk_size not in (None, 1):
+            assert d.kernel == "chunked" and d.chunk == chunk_size, role
+        res = _baseline.run(d.kernel, dp, SCALE, chunk=d.chunk or _baseline.CHUNK,
+                            decay=d.decay, order=d.order)
+        assert set(res) == set(OUTPUTS)
+    if chunk_size == 1:
+        assert stick.designs[stick.held_to].kernel == "scan"
+    if chunk_size is None:
+        assert stick.designs[stick.held_to].chunk == _baseline.CHUNK
+        assert [stick.designs[r].kernel for r in stick.extremes] == ["scan"]

@@ -54,6 +54,9 @@ KERNELS = ("scan", "chunked")
 CHUNK = 64            # the chunked reference's chunk, what production kernels use
 DECAY_FORMS = ("segment_sums", "chunk_cumsum")
 ARITHS = ("float32", "float64")
+# the order every sum runs in: one term after another (the only one here; the keyword is
+# glaref._baseline.run's, so that one Design drives either family)
+ORDERS = ("sequential",)
 # every mode number of glaref._baseline_scan.rnd
 _MODE = {None: 0, "tf32": 1, "bfloat16": 2, "float16": 3}
 
@@ -82,11 +85,15 @@ _IMPLS = {"scan": _scan, "chunked": _chunked}
 
 
 def run(kernel: str, dp: DeltaProblem, scale: float, *, arith: str = "float32",
-        operand: str | None = None, grads: bool = True, chunk: int = CHUNK,
-        decay: str = "segment_sums") -> dict[str, np.ndarray]:
+        operand: str | None = None, storage: str | None = None, grads: bool = True,
+        chunk: int = CHUNK, decay: str = "segment_sums",
+        order: str | None = None) -> dict[str, np.ndarray]:
     """Run the reference kernel ``kernel`` ("scan" or "chunked", the latter with chunks of
     ``chunk`` steps and decays of form ``decay``, ``DECAY_FORMS``) in ``arith`` (``ARITHS``)
     with matrix-product operands rounded to ``operand``, on canonical problem ``dp``.
+    ``storage`` (16-bit accumulation) must be None and ``order`` None or "sequential": the
+    keywords of ``glaref._baseline.run``, so that a ``glaref._designs.Design`` drives both
+    families; every sum here runs one term after another.
 
     Returns float64 arrays under the family's output names: o, h_T and, with ``grads`` (``do``
     required; ``dh_T=None`` means the loss has no h_T term), q, k, v, beta, log_alpha, h0: each
@@ -94,7 +101,8 @@ def run(kernel: str, dp: DeltaProblem, scale: float, *, arith: str = "float32",
     Packed sequences (``dp.p.cu_seqlens``, B = 1) run every sequence on its own, from h0[n] to
     h_T[n]: packed equals one by one, to the last bit.
 
-    Raises ValueError naming the argument for an unknown kernel, arith, operand, decay or chunk.
+    Raises ValueError naming the argument for an unknown kernel, arith, operand, storage,
+    decay, order or chunk.
     """
     if kernel not in KERNELS:
         raise ValueError(f"kernel: got {kernel!r}, expected one of {KERNELS}")
@@ -102,6 +110,11 @@ def run(kernel: str, dp: DeltaProblem, scale: float, *, arith: str = "float32",
         raise ValueError(f"arith: got {arith!r}, expected one of {ARITHS}")
     if operand is not None and operand not in ROUNDINGS:
         raise ValueError(f"operand: got {operand!r}, expected None or one of {ROUNDINGS}")
+    if storage is not None:
+        raise ValueError(f"storage: got {storage!r}, expected None (the delta family's reference "
+                         "kernels accumulate in arith)")
+    if order is not None and order not in ORDERS:
+        raise ValueError(f"order: got {order!r}, expected None or one of {ORDERS}")
     if decay not in DECAY_FORMS:
         raise ValueError(f"decay: got {decay!r}, expected one of {DECAY_FORMS}")
     if not isinstance(chunk, (int, np.integer)) or isinstance(chunk, bool) or chunk < 1:
