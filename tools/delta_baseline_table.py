@@ -7,7 +7,8 @@ output and regime, and their CPU time.
 At the seed config g2h8_d128 with B cut to 1 (G=2, H=8, dk=dv=128), the regime's inputs are
 rounded to float32, the float64 oracle (glaref.delta, Numba) runs on them, and so does every
 reference kernel in float32 (and with bfloat16 matrix-product operands): the scan, the WY / UT
-chunked form at 64 with segment-sum decays and with chunk-local cumsum decays. Each cell is the
+chunked form at 64 with segment-sum decays (dlog_alpha direct) and with chunk-local cumsum decays
+(dlog_alpha through the cumsum, the identity form: flash-linear-attention's design). Each cell is the
 normwise relative error ||ref - oracle||_2 / ||oracle||_2 of one output; the last column the
 kernel's fwd + bwd CPU seconds (process time, all threads; compile excluded by a warm-up).
 """

@@ -21,13 +21,15 @@ kernels (``glaref.delta.kernels``) included.
              substitution into T, W = T diag(beta) (K o exp(b)), U~ = T diag(beta) V,
              U = U~ - W S, o = scale ((Q o exp(b)) S + A U), S_next = diag(exp(b_last)) S +
              (K o exp(b_last - b))^T U, the state handed from chunk to chunk; and the backward of
-             these formulas written by hand (``_baseline_numba``), dlog_alpha in the direct form
-             (each decay factor's own cotangent, summed over the gates of its segment).
+             these formulas written by hand (``_baseline_numba``).
 
 Designs (``glaref.delta._designs``). ``decay`` "segment_sums" forms every exponent of a chunk as a
-sum of gates over its own segment (glaref's kernels); "chunk_cumsum" as the difference of the
-chunk-local cumulative sum rounded once per step (flash-linear-attention's chunk_local_cumsum),
-whose error grows with the chunk's total decay.
+sum of gates over its own segment and dlog_alpha in the direct form (each decay factor's
+cotangent added to the gates of its segment: glaref's kernels); "chunk_cumsum" forms every
+exponent as the difference of the chunk-local cumulative sum b rounded once per step, and
+dlog_alpha through that cumulative sum (a reverse cumulative sum of db within the chunk, whose
+pairs cancel): flash-linear-attention's chunk_local_cumsum forward and reverse, and what autodiff
+of such a forward gives. Its errors grow with the chunk's total decay, never with T.
 
 Arithmetic. ``arith`` is the dtype every operation is carried out in: float32 for float32,
 tf32, bfloat16 and float16 kernels that accumulate in float32; float64 for float64 kernels (and

@@ -458,7 +458,7 @@ def chunked_forward(qh, kh, v, beta, la, h0, scale, mode, C, form):
 
 @_jit
 def _chunk_backward(S, dSn, sdo, L, q, k, v, be, E, eb, er, Ke, Qd, Kr, KK, A, Tm, KB, VB, W, U,
-                    mode, z, dq, dk_, dv_, dbeta, dla, dS):  # pragma: no cover - compiled
+                    form, mode, z, dq, dk_, dv_, dbeta, dla, dS):  # pragma: no cover - compiled
     """The backward of one chunk's formulas (``_prep``, ``_chunk_forward``), written by hand:
     given the state S entering it, the cotangent dSn of the state leaving it and sdo = scale do
     (rows < L), the chunk's dq, dk (per head), dv, dbeta, dlog_alpha and the cotangent dS of S.
@@ -473,12 +473,17 @@ def _chunk_backward(S, dSn, sdo, L, q, k, v, be, E, eb, er, Ke, Qd, Kr, KK, A, T
         dk_j = sum_{i >= j} dA[i, j] q_i o E_ij + sum_{i != j} dKK[max, min] k_i o E_{max, min}
                + beta_j dKB_j o exp(b_j) + dKr_j o exp(b_last - b_j)
 
-    and dlog_alpha in the direct form: every decay factor exp(x) of the chunk contributes
-    X = (its cotangent) exp(x) to every gate of its segment,
+    and dlog_alpha from X = (cotangent of each decay factor exp(x)) exp(x): for ``form`` 0
+    (segment sums) in the direct form, each X added to every gate of its segment,
 
-        dlog_alpha_s = sum_{j < s <= i} X^E_ij + sum_{i >= s} X^b_i + sum_{j < s} X^r_j + X^last
+        dlog_alpha_s = sum_{j < s <= i} X^E_ij + sum_{i >= s} X^b_i + sum_{j < s} X^r_j + X^last;
 
-    with X^E_ij = dA[i, j] q_i o k_j o E_ij + dKK[i, j] k_i o k_j o E_ij (a scalar gate:
+    for ``form`` 1 (chunk-local cumsum decays) through the cumulative sum b, as autodiff of the
+    field's chunked forward and flash-linear-attention's backward (a reverse chunk-local cumsum
+    of dg) form it: db_i = sum_j X^E_ij - sum_j X^E_ji + X^b_i - X^r_i (b_last also gains
+    sum_j X^r_j + X^last), dlog_alpha_s = sum_{i >= s} db_i, in which the pairs inside [s, L)
+    cancel instead of never being added (the identity form, docs/math.md section 4). Here
+    X^E_ij = dA[i, j] q_i o k_j o E_ij + dKK[i, j] k_i o k_j o E_ij (a scalar gate:
     dA[i, j] A[i, j] + dKK[i, j] KK[i, j]), X^b_i = dQd_i o Qd_i + dKB_i o KB_i,
     X^r_j = dKr_j o Kr_j, X^last = exp(b_last) o rowsum(S o dSn) (a scalar gate: summed over d).
     """
@@ -609,21 +614,9 @@ def _chunk_backward(S, dSn, sdo, L, q, k, v, be, E, eb, er, Ke, Qd, Kr, KK, A, T
                 if j < i:
                     dk_[j, d] += b2 * (kr[i, d] * e)
                     dk_[i, d] += b2 * (kr[j, d] * e)
-    # dlog_alpha, direct form
-    st = np.zeros((L, g), dt)
-    run = np.empty(g, dt)
-    for j in range(L):
-        for d in range(g):
-            run[d] = z
-        for i in range(L - 1, j, -1):
-            if g == 1:
-                run[0] += dA[i, j] * A[i, j] + dKK[i, j] * KK[i, j]
-            else:
-                for d in range(g):
-                    e = E[i, j, d]
-                    run[d] += dA[i, j] * (q[i, d] * k[j, d] * e) + dKK[i, j] * (k[i, d] * k[j, d] * e)
-            for d in range(g):
-                st[i, d] += run[d]
+    # dlog_alpha: the decay factors' own cotangents times the factors (X below), then summed
+    # over the gates of each factor's segment (form 0, direct) or through the cumulative sum
+    # (form 1, identity)
     Xb = np.zeros((L, g), dt)
     Xr = np.zeros((L, g), dt)
     for i in range(L):
@@ -636,15 +629,53 @@ def _chunk_backward(S, dSn, sdo, L, q, k, v, be, E, eb, er, Ke, Qd, Kr, KK, A, T
         gi = d if g > 1 else 0
         el = eb[L - 1, d] if g > 1 else eb[L - 1, 0]
         Xl[gi] += el * _dot(S[d], dSn[d], z)
-    for d in range(g):
-        suf = z
-        for s in range(L - 1, -1, -1):
-            suf += Xb[s, d]
-            st[s, d] += suf
-        pre = z
-        for s in range(L):
-            dla[s, d] = st[s, d] + pre + Xl[d]
-            pre += Xr[s, d]
+    st = np.zeros((L, g), dt)
+    run = np.empty(g, dt)
+    x = np.empty(g, dt)
+    for j in range(L):
+        for d in range(g):
+            run[d] = z
+        for i in range(L - 1, j, -1):
+            if g == 1:
+                x[0] = dA[i, j] * A[i, j] + dKK[i, j] * KK[i, j]
+            else:
+                for d in range(g):
+                    e = E[i, j, d]
+                    x[d] = (dA[i, j] * (q[i, d] * k[j, d] * e)
+                            + dKK[i, j] * (k[i, d] * k[j, d] * e))
+            for d in range(g):
+                if form == 0:
+                    # st[i] += sum_{i' >= i} X[i', j]: the pairs straddling s = i
+                    run[d] += x[d]
+                    st[i, d] += run[d]
+                else:
+                    # db_i += X[i, j], db_j -= X[i, j] (the exponent b_i - b_j)
+                    st[i, d] += x[d]
+                    st[j, d] -= x[d]
+    if form == 0:
+        for d in range(g):
+            suf = z
+            for s in range(L - 1, -1, -1):
+                suf += Xb[s, d]
+                st[s, d] += suf
+            pre = z
+            for s in range(L):
+                dla[s, d] = st[s, d] + pre + Xl[d]
+                pre += Xr[s, d]
+    else:
+        # db_i = sum_j X[i, j] - sum_j X[j, i] + X^b_i - X^r_i, and b_last also carries
+        # sum_j X^r_j + X^last; dlog_alpha_s = sum_{i >= s} db_i (the reverse cumulative sum,
+        # in which every pair inside [s, L) cancels)
+        for d in range(g):
+            tot = z
+            for i in range(L):
+                st[i, d] = (st[i, d] + Xb[i, d]) - Xr[i, d]
+                tot += Xr[i, d]
+            st[L - 1, d] += tot + Xl[d]
+            suf = z
+            for s in range(L - 1, -1, -1):
+                suf += st[s, d]
+                dla[s, d] = suf
 
 
 @_jit
@@ -686,7 +717,7 @@ def _chunked_vjp_rows(w, nw, qh, kh, v, beta, la, h0, do, dh_T, scale, z, mode, 
                     sdo[i, c] = scale * do[b, h, t0 + i, c]
             _chunk_backward(states[n], dS, sdo[:L], L, qh[b, h, t0:t0 + L], kh[b, h, t0:t0 + L],
                             v[b, h, t0:t0 + L], beta[b, h, t0:t0 + L], E, eb, er, Ke, Qd, Kr,
-                            KK, A, Tm, KB, VB, W, U, mode, z, dq[b, h, t0:t0 + L], dk_[b, h, t0:t0 + L],
+                            KK, A, Tm, KB, VB, W, U, form, mode, z, dq[b, h, t0:t0 + L], dk_[b, h, t0:t0 + L],
                             dvv[b, h, t0:t0 + L], dbeta[b, h, t0:t0 + L], dla[b, h, t0:t0 + L],
                             dSp)
             dS[:, :] = dSp
