@@ -96,10 +96,13 @@ def test_float64_equals_the_oracle(kernel, chunk, name, dp):
 def test_float32_makes_float32_errors(kernel, chunk, gate):
     dp = _rounded(regimes.make_inputs("standard", DIMS, 4, gate=gate))
     ref = _oracle(dp)
+    for decay in _baseline.DECAY_FORMS if kernel == "chunked" else ("segment_sums",):
+        res = _baseline.run(kernel, dp, SCALE, arith="float32", chunk=chunk, decay=decay)
+        for n in OUTPUTS:
+            e = rel_err(res[n], ref[n])
+            assert tol("arith_separator_f32_f64") < e <= tol("delta_baseline_f32_standard"), (
+                decay, n, e)
     res = _baseline.run(kernel, dp, SCALE, arith="float32", chunk=chunk)
-    for n in OUTPUTS:
-        e = rel_err(res[n], ref[n])
-        assert tol("arith_separator_f32_f64") < e <= tol("delta_baseline_f32_standard"), (n, e)
     # bfloat16 operands: bfloat16's errors, not float32's
     res = _baseline.run(kernel, dp, SCALE, arith="float32", operand="bfloat16", chunk=chunk)
     for n in OUTPUTS:
@@ -125,6 +128,23 @@ def test_same_bytes_twice_and_on_one_or_two_threads(kernel, chunk):
     finally:
         numba.set_num_threads(before)
     assert runs[0] == runs[1] == runs[2]
+
+
+def test_the_designs_round_differently():
+    """The scan, the chunked form at 16 and 64 and the two decay forms are different float32
+    algorithms (none silently runs another's code): their o and dlog_alpha differ in the last
+    bits, while each stays a float32-sized distance from the others."""
+    dp = _rounded(regimes.make_inputs("standard", DIMS, 6))
+    runs = {"scan": _baseline.run("scan", dp, SCALE)}
+    for C in (16, 64):
+        for decay in _baseline.DECAY_FORMS:
+            runs[f"chunked{C} {decay}"] = _baseline.run("chunked", dp, SCALE, chunk=C, decay=decay)
+    names = list(runs)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            for n in ("o", "log_alpha"):
+                e = rel_err(runs[a][n], runs[b][n])
+                assert 0 < e <= 2 * tol("delta_baseline_f32_standard"), (a, b, n, e)
 
 
 def test_empty_sequence_hands_h0_through():
