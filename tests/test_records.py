@@ -66,6 +66,17 @@ def test_the_verdict_and_the_messages_come_from_the_typed_fields():
     assert code == 1 and "(first: k fwd_bwd tiny T=9 (standard): q: 5e+06x the error" in line
 
 
+def test_a_failing_probe_makes_the_row_fail_though_every_output_passes():
+    # the outcome is the row's: a probe failure is a failure like an output's
+    rec = Record.from_json(_measured(rel_err_grads={"q": 1e-7}, reference_ratio={"o": 1.0, "q": 1.0},
+                                     failed_tier={}, failures=["probe determinism: differs"],
+                                     outcomes={"o": "ok", "q": "ok"}))
+    assert rec.failing == [] and rec.failed_probes and rec.ok is False
+    assert rec.outcome == "fail" and rec.to_json()["outcome"] == "fail"
+    assert Record.from_json(_measured(probes=None, outcomes={"o": "ok", "q": "ok"},
+                                      failed_tier={})).outcome == "ok"
+
+
 def test_a_record_reads_back_from_its_json_form_whole():
     # a less accurate output's reason closes the notes; a failing one's opens the failures
     less = _measured(rel_err_grads={"q": 1e-6}, reference_ratio={"o": 1.0, "q": 9.0},

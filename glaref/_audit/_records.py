@@ -183,8 +183,11 @@ class Record:
 
     @property
     def outcome(self) -> str:
-        """The outputs' worst outcome: "fail", "less_accurate" or "ok"."""
-        return "fail" if self.failing else ("less_accurate" if self.less_accurate else "ok")
+        """The row's worst outcome: "fail" (a failing output, a failing probe or the kernel's
+        error), else "less_accurate" or "ok"."""
+        if self.failing or self.failed_probes or self.error is not None:
+            return "fail"
+        return "less_accurate" if self.less_accurate else "ok"
 
     # ---- the JSON form
     def to_json(self) -> dict[str, Any]:
