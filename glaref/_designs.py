@@ -72,8 +72,9 @@ def identity(design: Design) -> Design:
     more than the direct form alpha_t <S_{t-1}, G_t>, bounded by the chunk, never by T
     (docs/budgets.md, section 9)."""
     cumsum = ", decays from chunk-local cumulative sums" if design.decay == "chunk_cumsum" else ""
+    also = "" if design.declares is None else f" and {design.declares}"
     return replace(design, label=f"{design.label}, dlog_alpha by the identity",
-                   dlog_alpha="identity", declares="dlog_alpha_form='identity'",
+                   dlog_alpha="identity", declares=f"dlog_alpha_form='identity'{also}",
                    family=f"dlog_alpha by the chunk-local reverse-cumsum identity over "
                           f"{design.chunk} steps{cumsum} (flash-linear-attention's chunk kernels)")
 

@@ -106,7 +106,9 @@ def test_an_undeclared_dlog_alpha_form_is_held_to_the_direct_form_the_identity_i
     assert unknown.field == ("chunked_cumsum", "scan_sequential") + ident
     assert [unknown.designs[r].chunk for r in ident] == [64, 256, 64]
     assert unknown.designs["chunked_cumsum_identity"].decay == "chunk_cumsum"
-    assert all(unknown.designs[r].declares == "dlog_alpha_form='identity'" for r in ident)
+    assert [unknown.designs[r].declares for r in ident] == [
+        "dlog_alpha_form='identity'", "dlog_alpha_form='identity'",
+        "dlog_alpha_form='identity' and decay_form='chunk_cumsum'"]
     assert "reverse-cumsum identity over 256 steps" in unknown.designs["chunked_wide_identity"].family
     assert unknown.key("chunked", "log_alpha") == "log_alpha_direct"
     assert unknown.key("scan", "log_alpha") == "log_alpha_direct"
