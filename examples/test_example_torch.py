@@ -94,8 +94,9 @@ def fused_recurrent_gla(q, k, v, gk, scale=None, initial_state=None, output_fina
 @pytest.mark.parametrize("regime", ["standard", "strong_decay"])
 def test_fused_recurrent_gla(regime):
     # vector gates: the kernel computes dgk in the direct form (a recurrence under autograd) and
-    # says so, so its dlog_alpha is held to the direct form's references, ~20x sharper under
-    # strong decay than the identity's (what an undeclared kernel is held to)
+    # says so: its dlog_alpha is held to the direct form's references (as an undeclared one is),
+    # ~20x sharper under strong decay than the identity's, and the identity's no longer widen
+    # its envelope
     q, k, v, gk, h0, do, dht = fla.gla_case(B=1, T=70, H=2, K=16, V=16, regime=regime)
     o, ht = fused_recurrent_gla(q, k, v, gk, initial_state=h0, output_final_state=True)
     (o * do).sum().add_((ht * dht).sum()).backward()

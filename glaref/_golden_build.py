@@ -344,7 +344,12 @@ def verdict_entry() -> dict:
                  "calibrated_ratio "
                  "(unknown), scan "
                  "(step_by_step) or chunked (chunked_64) of ref_err, floor_err = "
-                 "calibrated_floor * u * ||ref||_2 + sqrt(size) * underflow_floor; see README.md"),
+                 "calibrated_floor * u * ||ref||_2 + sqrt(size) * underflow_floor; dlog_alpha's "
+                 "ref_err is each reference kernel's own form (scan: direct; chunked, "
+                 "chunked_wide: the chunk-local reverse-cumsum identity), so for dlog_alpha this is "
+                 "the rule of a kernel declaring dlog_alpha_form='identity' (undeclared, glaref "
+                 "holds dlog_alpha to the direct form, not stored here, and reads an error beyond "
+                 "it but within the identity's as less accurate); see README.md"),
     }
 
 

@@ -86,12 +86,14 @@ class Truth:
         return self._scales[key]
 
     def references(self, with_dh_T: bool, grads: bool, chunk_size: int | None,
-                   arithmetic: dict, decay_form: str | None = None) -> dict[str, dict[str, np.ndarray]]:
+                   arithmetic: dict, decay_form: str | None = None,
+                   dlog_alpha_form: str | None = None) -> dict[str, dict[str, np.ndarray]]:
         """The same-precision reference kernels' outputs on this problem ({role: {output:
         value}}, ``glaref._baseline``), those ``glaref._designs.yardstick(chunk_size,
-        decay_form)`` calls for; timed apart like the oracle and cached."""
+        decay_form, dlog_alpha_form)`` calls for; timed apart like the oracle and cached (roles
+        of one design share its run)."""
         out = {}
-        for role, design in yardstick(chunk_size, decay_form).designs.items():
+        for role, design in yardstick(chunk_size, decay_form, dlog_alpha_form).designs.items():
             key = (design.kernel, design.chunk, design.decay, design.order, with_dh_T, grads,
                    tuple(sorted(arithmetic.items(), key=lambda kv: kv[0])))
             if key not in self._refs:
@@ -153,15 +155,13 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
     scales = truth.scales(final, grads)
     refs = truth.references(final, grads, c.chunk_size,
                             _verdict.reference_arithmetic(cdtype, c.accumulate_dtype,
-                                                          c.operand_dtype), c.decay_form)
+                                                          c.operand_dtype), c.decay_form,
+                            c.dlog_alpha_form)
     # dlog_alpha is held to the scale of the reverse-cumsum identity (_verdict, decision 3)
     sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
-    key = _verdict.reference_key(name, c.dlog_alpha_form)
-    ref_out = {k: _baseline.round_to(v[key], dtype) for k, v in refs.items()}
-    # dlog_alpha of an undeclared form: the direct form's references, to say when declaring it
-    # would sharpen the verdict
-    direct_out = ({k: _baseline.round_to(v["log_alpha_direct"], dtype) for k, v in refs.items()}
-                  if name == "log_alpha" and c.dlog_alpha_form is None else None)
+    # each reference kernel's value of this output, dlog_alpha in the form its role reads
+    stick = yardstick(c.chunk_size, c.decay_form, c.dlog_alpha_form)
+    ref_out = {r: _baseline.round_to(refs[r][stick.key(r, name)], dtype) for r in stick.roles(name)}
     # the proven bound takes scalar gates of one sequence per row: vector gates and packed
     # sequences are presented to it as such (_verdict.budget_view)
     dims, log_alpha = truth.budget_view()
@@ -170,8 +170,8 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
                            compute_dtype=proven, dims=dims,
                            log_alpha=log_alpha, reference_outputs=ref_out,
                            chunk_size=c.chunk_size, accumulate_dtype=proven_acc,
-                           returned_dtype=dtype, direct_outputs=direct_out,
-                           decay_form=c.decay_form, strict=c.strict)
+                           returned_dtype=dtype, decay_form=c.decay_form,
+                           dlog_alpha_form=c.dlog_alpha_form, strict=c.strict)
 
 
 def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[str, str], *,

@@ -82,9 +82,12 @@ from .tolerances import UNIT_ROUNDOFF, lookup, tol
 # How a kernel computes dlog_alpha, when it says (``dlog_alpha_form``; None: unknown):
 #   "identity"  the chunk-local reverse-cumsum identity sum_{s >= t} (q_s . dq_s - k_s . dk_s)
 #               plus a state term (flash-linear-attention's chunk kernels): its terms cancel
-#               under strong decay, so it legitimately errs more (docs/budgets.md, section 8);
+#               under strong decay, so it legitimately errs more (docs/budgets.md, section 8):
+#               held to the chunked references' identity;
 #   "direct"    the genuine terms of alpha_t <S_{t-1}, G_t> only (a scan, autodiff of segment
 #               sums, glaref's vector-gate chunked kernel): held to references of that form.
+# Unknown, dlog_alpha is held to the direct form, the most accurate correct design, and the
+# identity widens only its envelope (``glaref._designs.yardstick``): less accurate, never FAIL.
 DLOG_ALPHA_FORMS = ("identity", "direct")
 
 
@@ -95,14 +98,6 @@ def check_dlog_alpha_form(form) -> str | None:
         raise ValueError(f"dlog_alpha_form: got {form!r}, expected None (unknown) or one of "
                          f"{DLOG_ALPHA_FORMS}")
     return form
-
-
-def reference_key(output: str, dlog_alpha_form: str | None) -> str:
-    """The reference kernels' output (``glaref._baseline.run``'s keys) a kernel's ``output`` is
-    compared with: dlog_alpha of a kernel that declares the direct form is compared with the
-    references' direct-form dlog_alpha (``log_alpha_direct``); every other output, and the
-    identity or unknown form, with the output of the same name."""
-    return "log_alpha_direct" if output == "log_alpha" and dlog_alpha_form == "direct" else output
 
 
 # the arithmetic a kernel's errors are measured in: its input dtype, or TF32 for float32 matmuls
@@ -323,16 +318,13 @@ def baseline_error(errors: dict[str, float], chunk_size: int | None,
 
 
 def looseness_notes(output: str, errors: dict[str, float], chunk_size: int | None,
-                    direct_errors: dict[str, float] | None, floor: float,
-                    decay_form: str | None = None) -> list[str]:
-    """Where an undeclared property of the kernel made this output's verdict looser than the
-    declared one would be by more than the allowed ratio R (a kernel of that property could then
-    err over R^2 times its own error and pass): one sentence each, saying what sharpens it.
+                    floor: float, decay_form: str | None = None) -> list[str]:
+    """Where the kernel's unknown structure made this output's verdict looser than a declared
+    one would be by more than the allowed ratio R (a kernel of that structure could then err
+    over R^2 times its own error and pass): one sentence saying what sharpens it.
 
     Structure (chunk_size None): the baseline against that of a kernel declaring 64-step chunks
-    (the chunked reference alone). dlog_alpha form (``direct_errors``: the references' errors in
-    the direct form, given when the form is unknown): the baseline against the direct form's.
-    Both floored as the verdict floors them."""
+    (the chunked reference alone), both floored as the verdict floors them."""
     R = tol("calibrated_ratio")
     notes = []
     base = max(baseline_error(errors, chunk_size, decay_form), floor)
@@ -347,13 +339,6 @@ def looseness_notes(output: str, errors: dict[str, float], chunk_size: int | Non
                          f"({stick.designs[worst].label}, a correct kernel, errs "
                          f"{errors[worst] / held:.3g}x it here); give chunk_size "
                          "(--chunk-size) for a sharper verdict")
-    if direct_errors is not None:
-        sharp = max(baseline_error(direct_errors, chunk_size, decay_form), floor)
-        if base > R * sharp:
-            notes.append(f"{output}: dlog_alpha form not declared, so held to the "
-                         f"reverse-cumsum identity's references, which err {base / sharp:.3g}x "
-                         "the direct form's here; a kernel computing the direct form should "
-                         "declare dlog_alpha_form='direct' (--dlog-alpha-form direct)")
     return notes
 
 
@@ -418,28 +403,25 @@ def _norm(x: np.ndarray) -> float:
 def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_alpha,
            reference_outputs: dict[str, np.ndarray] | None, chunk_size: int | None = None,
            accumulate_dtype: str | None = None, dtype_label: str | None = None,
-           returned_dtype: str | None = None,
-           direct_outputs: dict[str, np.ndarray] | None = None, decay_form: str | None = None,
-           strict: bool = False) -> Assessment:
+           returned_dtype: str | None = None, decay_form: str | None = None,
+           dlog_alpha_form: str | None = None, strict: bool = False) -> Assessment:
     """Figures and the two-tier verdict of one output (module docstring), with the calibrated
     tier's three outcomes (``Assessment.outcome``): within R times the baseline of the most
     accurate designs, ok; beyond it but within R times the envelope of the field's correct
     designs (``glaref._designs.Yardstick.field``: chunk-local cumsum decays, term-by-term
-    sums), less accurate, a pass unless ``strict``; beyond that, FAIL.
+    sums, dlog_alpha by the chunk-local identity), less accurate, a pass unless ``strict``;
+    beyond that, FAIL.
 
     x: the kernel's value (any real float dtype, canonical layout); ref: the oracle's float64
     value on the same rounded inputs; scale: its error scale (``_budget``; the identity's for
-    log_alpha). reference_outputs: {"scan": value, "chunked": value} of the same-precision
-    reference kernels for this output, already rounded to the dtype the kernel returned it in
-    (None: the calibrated tier is not run and the verdict cannot pass). chunk_size, decay_form
-    and accumulate_dtype: what is known of the kernel (``budget_bound``, ``baseline_error``,
-    ``glaref._designs.yardstick``).
+    log_alpha). reference_outputs: {role: value} of the same-precision reference kernels that
+    judge this output (``glaref._designs.Yardstick.roles``), already rounded to the dtype the
+    kernel returned it in (None: the calibrated tier is not run and the verdict cannot pass).
+    chunk_size, decay_form, dlog_alpha_form and accumulate_dtype: what is known of the kernel
+    (``budget_bound``, ``baseline_error``, ``glaref._designs.yardstick``).
     returned_dtype: the dtype the kernel returned this output in (the floor's rounding; None:
     the compute dtype).
     dtype_label names the references' precision in messages (default: the compute dtype).
-    direct_outputs: for dlog_alpha of an undeclared form, the references' direct-form values,
-    only to say (``Assessment.notes``, ``looseness_notes``) when declaring
-    the direct form would sharpen the verdict.
     """
     _check_output(output)
     x = np.asarray(x)
@@ -465,15 +447,13 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
         base = max(baseline_error(errs, chunk_size, decay_form), floor)
         a.baseline_rel_err = base / ref_norm if ref_norm else base
         a.ratio = 0.0 if err == 0 else (err / base if base > 0 else math.inf)
-        stick = yardstick(chunk_size, decay_form)
+        stick = yardstick(chunk_size, decay_form, dlog_alpha_form)
         field_errs = {r: errs[r] for r in stick.field if r in errs and math.isfinite(errs[r])}
         env = max([base] + list(field_errs.values()))
         a.envelope_ratio = 0.0 if err == 0 else (err / env if env > 0 else math.inf)
         widest = max(field_errs, key=field_errs.get) if field_errs else None
-        direct = (None if direct_outputs is None else
-                  {k: _norm(np.asarray(v, dtype=np.float64) - ref) for k, v in direct_outputs.items()})
         if math.isfinite(base):
-            a.notes = looseness_notes(output, errs, chunk_size, direct, floor, decay_form)
+            a.notes = looseness_notes(output, errs, chunk_size, floor, decay_form)
     if a.budget_ulps is not None and a.budget_ulps > bound:
         acc = "" if accumulate_dtype is None else f", accumulating in {accumulate_dtype}"
         a.failed_tier = "proven"
@@ -491,11 +471,16 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
             a.reason += (f", {a.envelope_ratio:.3g}x that of every correct design the field "
                          f"ships (the least accurate here: {stick.designs[widest].family})")
     elif a.ratio > R:
-        a.design = stick.designs[widest].family
+        # the design that explains it: of the field's designs within whose rule it lies, the
+        # one whose error is nearest its own
+        within = [r for r, e in field_errs.items() if err <= R * e]
+        design = stick.designs[min(within, key=lambda r: abs(math.log(err / field_errs[r])))]
+        a.design = design.family
         if chunk_size is None:
-            sharpen = ("declaring its chunk_size and decay_form holds it to its own design")
-        elif widest == "chunked_cumsum":
-            sharpen = "declaring decay_form='chunk_cumsum' holds it to that design alone"
+            also = "decay_form" if design.dlog_alpha is None else design.declares
+            sharpen = f"declaring its chunk_size and {also} holds it to its own design"
+        elif design.declares is not None:
+            sharpen = f"declaring {design.declares} holds it to that design alone"
         else:
             sharpen = "no narrower declaration exists"
         a.reason = (f"{output}: less accurate: {a.ratio:.3g}x the error of the most accurate "

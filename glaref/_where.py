@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _baseline, _judge, _verdict
+from . import _baseline, _designs, _judge, _verdict
 from ._inputs import Dims
 from ._metrics import underflow_floor
 from .tolerances import UNIT_ROUNDOFF, lookup, tol
@@ -505,7 +505,9 @@ def row_profiles(truth, canonical: dict[str, np.ndarray], dtypes: dict[str, str]
     # the verdict's own references (the same design: chunk size and decay form), cached there
     refs = truth.references(final, grads, c.chunk_size,
                             _verdict.reference_arithmetic(cdtype, c.accumulate_dtype,
-                                                          c.operand_dtype), c.decay_form)
+                                                          c.operand_dtype), c.decay_form,
+                            c.dlog_alpha_form)
+    stick = _designs.yardstick(c.chunk_size, c.decay_form, c.dlog_alpha_form)
     unit = cdtype
     if c.operand_dtype is not None and UNIT_ROUNDOFF[c.operand_dtype] > UNIT_ROUNDOFF[cdtype]:
         unit = c.operand_dtype          # the unit of budget_ulps, as _judge.assess_output has it
@@ -515,8 +517,8 @@ def row_profiles(truth, canonical: dict[str, np.ndarray], dtypes: dict[str, str]
         if x is None or not c.judged(name):
             continue
         sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
-        key = _verdict.reference_key(name, c.dlog_alpha_form)
-        base = [_baseline.round_to(v[key], dtypes.get(name)) for v in refs.values()]
+        base = [_baseline.round_to(refs[r][stick.key(r, name)], dtypes.get(name))
+                for r in stick.roles(name)]
         out[name] = profile(name, x, truth.reference(name, final), sc, compute_dtype=unit,
                             dims=dims, chunk_size=c.chunk_size, baseline=base,
                             ratio=tol("calibrated_ratio"))

@@ -78,7 +78,8 @@ def test_claims_resolved_at_a_compute_dtype_promise_float32_accumulation_only_wh
 
 
 def test_one_table_says_which_reference_kernels_run_and_which_the_kernel_is_held_to():
-    scan, chunked, unknown = (_designs.yardstick(c) for c in (1, 128, None))
+    # the dlog_alpha form declared: the structure's table alone
+    scan, chunked, unknown = (_designs.yardstick(c, None, "direct") for c in (1, 128, None))
     assert (list(scan.designs), scan.held_to, scan.extremes, scan.field) == (
         ["scan", "scan_sequential"], "scan", (), ("scan_sequential",))
     assert chunked.designs["chunked"].chunk == 128 and chunked.extremes == ()
@@ -87,14 +88,40 @@ def test_one_table_says_which_reference_kernels_run_and_which_the_kernel_is_held
     assert {d.chunk for d in unknown.designs.values()} == {None, 64, 256}
     assert set(unknown.field) == {"chunked_cumsum", "scan_sequential"}
     # a declared decay form binds: the chunk-cumsum design alone, or the segment sums alone
-    own = _designs.yardstick(128, "chunk_cumsum")
+    own = _designs.yardstick(128, "chunk_cumsum", "identity")
     assert (list(own.designs), own.held_to, own.field) == (["chunked_cumsum"], "chunked_cumsum", ())
-    assert list(_designs.yardstick(128, "segment_sums").designs) == ["chunked"]
+    assert list(_designs.yardstick(128, "segment_sums", "direct").designs) == ["chunked"]
     # the verdict reads the same table: held to its reference, widened by the extremes
     errs = {"scan": 9.0, "chunked": 1.0, "chunked_wide": 1.0}
     assert _verdict.baseline_error(errs, 1) == 9.0
     assert _verdict.baseline_error({"chunked": 2.0}, 128) == 2.0
     assert _verdict.baseline_error(errs, None) == 3.0
+
+
+def test_an_undeclared_dlog_alpha_form_is_held_to_the_direct_form_the_identity_in_the_envelope():
+    # every output reads the direct form of dlog_alpha; each chunked reference read by the
+    # identity is a field design of dlog_alpha alone (the envelope), not of the other outputs
+    unknown = _designs.yardstick(None)
+    ident = ("chunked_identity", "chunked_wide_identity", "chunked_cumsum_identity")
+    assert unknown.field == ("chunked_cumsum", "scan_sequential") + ident
+    assert [unknown.designs[r].chunk for r in ident] == [64, 256, 64]
+    assert unknown.designs["chunked_cumsum_identity"].decay == "chunk_cumsum"
+    assert [unknown.designs[r].declares for r in ident] == [
+        "dlog_alpha_form='identity'", "dlog_alpha_form='identity'",
+        "dlog_alpha_form='identity' and decay_form='chunk_cumsum'"]
+    assert "reverse-cumsum identity over 256 steps" in unknown.designs["chunked_wide_identity"].family
+    assert unknown.key("chunked", "log_alpha") == "log_alpha_direct"
+    assert unknown.key("scan", "log_alpha") == "log_alpha_direct"
+    assert unknown.key("chunked_identity", "log_alpha") == "log_alpha"
+    assert unknown.key("chunked_identity", "o") is None and unknown.key("chunked", "o") == "o"
+    assert unknown.roles("o") == [r for r in unknown.designs if r not in ident]
+    assert unknown.roles("log_alpha") == list(unknown.designs)
+    # declared identity: every reference read in its own form (the chunked ones' identity)
+    declared = _designs.yardstick(None, None, "identity")
+    assert declared.key("chunked", "log_alpha") == "log_alpha" and declared.field == unknown.field[:2]
+    assert list(_designs.yardstick(128, "segment_sums").designs) == ["chunked", "chunked_identity"]
+    # a step-by-step kernel: no chunked reference, nothing to add
+    assert _designs.yardstick(1) == _designs.yardstick(1, None, "direct")
 
 
 def _packed_numpy(ignore_packing: bool):

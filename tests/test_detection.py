@@ -134,7 +134,10 @@ def test_group_bug_is_invisible_when_groups_cannot_be_confused():
 
 # ------------------------------------------------------------------ no false alarm
 
-def _assert_all_pass(recs: list[dict], regime: str, label: str) -> None:
+def _assert_all_pass(recs: list[dict], regime: str, label: str,
+                     less_accurate: tuple[str, ...] = ()) -> None:
+    """No failure, and every output ok, but those in ``less_accurate``, which may instead be less
+    accurate (within the envelope of the field's designs)."""
     assert recs and all(r["regime"] == regime for r in recs)
     bad = [f"{r['impl']} T={r['seq']} dk={r['dk']}: {r.get('skipped') or r.get('error') or r['failures']}"
            for r in recs if not r["ok"]]
@@ -142,7 +145,11 @@ def _assert_all_pass(recs: list[dict], regime: str, label: str) -> None:
     for r in recs:                    # every output was measured and judged by both tiers
         assert set(r["budget_ulps"]) == ALL and all(
             0 <= r["budget_ulps"][n] <= r["budget_bound"][n] for n in ALL), r["budget_ulps"]
-        assert all(0 <= r["reference_ratio"][n] <= r["allowed_ratio"] for n in ALL), r["reference_ratio"]
+        for n in ALL:
+            if n in less_accurate and r["outcomes"][n] == "less_accurate":
+                assert r["envelope_ratio"][n] <= r["allowed_ratio"], (n, r["envelope_ratio"])
+            else:
+                assert 0 <= r["reference_ratio"][n] <= r["allowed_ratio"], (n, r["reference_ratio"])
 
 
 @functools.lru_cache(maxsize=None)
@@ -173,8 +180,12 @@ def test_builtin_kernels_pass(regime, dtype):
 
 @pytest.mark.parametrize("regime", regimes.DEFAULT_REGIMES)
 def test_base_kernel_passes_float32(regime):
-    # the kernel every mutant modifies is itself correct, judged exactly as the mutants are
-    _assert_all_pass(run([mutants.base], regime, chunk_size=mutants.MUTANT_CHUNK), regime, "base")
+    # the kernel every mutant modifies is itself correct, judged exactly as the mutants are; its
+    # dlog_alpha (autodiff through chunk-local cumulative sums: the identity in effect, its form
+    # undeclared) is held to the direct form's references and may be less accurate, never FAIL
+    # (docs/budgets.md, section 9)
+    _assert_all_pass(run([mutants.base], regime, chunk_size=mutants.MUTANT_CHUNK), regime, "base",
+                     less_accurate=("log_alpha",))
 
 
 @pytest.mark.parametrize("regime", ["standard", "zero_gate", "tiny_dims"])

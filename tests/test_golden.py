@@ -457,7 +457,8 @@ RULE_CASES = ["regime_strong_decay-bfloat16", "regime_near_one-float32", "edge_h
 @pytest.mark.parametrize("name", RULE_CASES)
 def test_readme_rule_is_glarefs_verdict(name):
     """Candidates judged by the README's rule from the stored files get glaref's own verdict
-    (_judge.assess_outputs, the audit's judging loop) with the same figures: a correct kernel,
+    (_judge.assess_outputs, the audit's judging loop; dlog_alpha in the identity form the stored
+    figures are of, as the README says) with the same figures: a correct kernel,
     and the oracle pushed by R/2 and 2R times the baseline along a random direction."""
     c = golden.load(name)
     dtype = c.meta["dtype"]
@@ -480,7 +481,8 @@ def test_readme_rule_is_glarefs_verdict(name):
         outs = {g: cand[o] for o, g in zip(OUTPUTS, golden.GLAREF_NAMES) if o in cand}
         per = _judge.assess_outputs(truth, outs, {g: dtype for g in outs}, final=c.meta["final_state"],
                                     grads=True, compute_dtype=dtype,
-                                    accumulate_dtype=gb.ACCUMULATE[dtype], chunk_size=None)
+                                    accumulate_dtype=gb.ACCUMULATE[dtype], chunk_size=None,
+                                    dlog_alpha_form="identity")
         for o, g in zip(OUTPUTS, golden.GLAREF_NAMES):
             if o not in cand:
                 continue
