@@ -118,7 +118,7 @@ def row_kinds(seq: int, quick: bool) -> dict[str, tuple]:
              f"small scan T={seq},{2 * seq}": functools.partial(glaref.audit, ["scan"], SMALL,
                                                                 [seq, 2 * seq], ["fwd_bwd"])}
     if quick:
-        kinds["quick preset"] = _quick
+        kinds["quick preset"] = functools.partial(glaref.audit, preset="quick")
     out = {}
     for name, audit in kinds.items():
         out[name] = _added(audit)
