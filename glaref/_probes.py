@@ -348,7 +348,7 @@ def problem_key(p: Problem, names: _View) -> tuple:
         h.update(n.encode() + (b"-" if x is None else
                                np.ascontiguousarray(x).view(np.uint8).tobytes()))
     cu = None if p.cu_seqlens is None else tuple(int(c) for c in p.cu_seqlens)
-    return tuple(p.dims), cu, h.hexdigest()
+    return p.dims, cu, h.hexdigest()
 
 
 # ---------------------------------------------------------------- results

@@ -117,6 +117,26 @@ def test_the_probes_read_the_family_value():
     assert none.passed is None and "declares no causal" in none.detail
 
 
+def test_judges_share_the_oracle_side_of_a_problem_by_its_contents():
+    """verdict_judge(truths=): a second judge on a problem with the same contents (made anew)
+    reuses its oracle side; a problem that differs in one element gets its own."""
+    truths: dict = {}
+    dims = Dims(1, 1, 2, 9, 3, 3)
+    out = _oracle_runner()(_problem(dims=dims), True)
+    for _ in range(2):
+        judge = _probes.verdict_judge(SCALAR_GATE, compute_dtype="float64", chunk_size=1,
+                                      dtypes=dict.fromkeys(SCALAR_GATE.outputs
+                                                           + SCALAR_GATE.grads, "float64"),
+                                      truths=truths)
+        assert judge(_problem(dims=dims), out) == {}
+    assert len(truths) == 1
+    p = _problem(dims=dims)
+    q = p.q.copy()
+    q[0, 0, 4, 1] += 1.0
+    fails = judge(p._replace(q=q), out)
+    assert len(truths) == 2 and "o" in fails
+
+
 def test_bit_identity_tells_signed_zeros_and_keeps_nans_equal():
     a = np.array([0.0, np.nan, 1.0])
     assert _probes._same(a, a.copy())
