@@ -24,31 +24,29 @@ zeros for the masked terms, and the order of its sums does not depend on the val
 The probes run a kernel through a :class:`Runner` (a problem in, the kernel's outputs and
 gradients out, as canonical float64 arrays), so a JAX, torch or NumPy kernel is probed the same
 way (:func:`kernel_runner`, or :func:`function_runner` for a forward and a vjp given apart). The
-recurrence is a parameter (:class:`Family`: which arrays have a time axis, which are per
-sequence, how a problem is made), so that another family probes through the same code.
+recurrence is the audit's family value (``glaref._audit._family.Family``), a parameter of every
+probe: its array names and layout kinds (which arrays have a time axis, which are per sequence),
+its problem maker and oracle, the outputs it declares causal or anticausal and how its inputs
+are perturbed. Nothing here names one family's arrays, so a second family probes through the
+same code.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 
 from . import _judge
 from ._frameworks import accepts, detect_framework, run_kernel
-from ._inputs import (
-    _KIND,
-    ARRAYS,
-    GRADS,
-    Dims,
-    Problem,
-    from_canonical,
-    kernel_returns,
-    to_canonical,
-)
-from ._problems import make_problem, round_to_dtype
+from ._inputs import Dims, Problem, from_canonical, kernel_returns, to_canonical
+from ._problems import round_to_dtype
+
+if TYPE_CHECKING:
+    from ._audit._family import Family
 
 PROBES = ("determinism", "causality", "packed", "cotangents", "chunk_sweep")
 DEFAULT_CHUNK = 64            # the chunk sweep's C for a kernel that declares none
@@ -59,41 +57,53 @@ SWEEP_HEADS = 2               # heads of the chunk sweep's problems (B = 1, one 
 # ---------------------------------------------------------------- the family and the runner
 
 @dataclass(frozen=True)
-class Family:
-    """What the probes need to know of a recurrence.
+class _View:
+    """What the probes read of a recurrence family (``glaref._audit._family.Family``), in the
+    runners' spelling (a gradient as ``d<input>``).
 
-    inputs: the kernel's array arguments, in call order; cotangents: the cotangent arrays of the
-    problem; timed: the arrays (inputs, cotangents, outputs, gradients ``d<input>``) whose axis 2
-    is time; per_state: those whose axis 0 is the sequence (with packed sequences), not the
-    batch; causal_outputs: outputs and gradients whose step t depends on steps s <= t only;
-    anticausal_outputs: those whose step t depends on steps s >= t only (and not on the
-    states before); make: (regime, dims, seed, dtype, cu_seqlens) -> Problem, rounded to dtype.
-    """
+    inputs: the kernel's array arguments, in call order; cotangents: the problem's other arrays,
+    in the order of the outputs they belong to; outputs, grads: the runners' keys; kinds: the
+    layout kind of each array, output and gradient; timed: those whose axis 2 is time (every
+    kind but "state"); per_state: those whose axis 0 is the sequence with packed sequences (kind
+    "state"); causal, anticausal: outputs and gradients whose step t depends on steps s <= t
+    only, or s >= t only (the family's ``causal``, ``anticausal``); make: (regime, dims, seed,
+    dtype, cu_seqlens=) -> problem; perturb: (name, values, rng) -> new values of the same
+    magnitudes; truth: the family's oracle side of a problem."""
 
-    name: str
     inputs: tuple[str, ...]
     cotangents: tuple[str, ...]
+    outputs: tuple[str, ...]
+    grads: tuple[str, ...]
+    kinds: dict
     timed: frozenset
     per_state: frozenset
-    causal_outputs: tuple[str, ...]
-    anticausal_outputs: tuple[str, ...]
+    causal: tuple[str, ...]
+    anticausal: tuple[str, ...]
     make: Callable[..., Problem]
+    perturb: Callable[[str, np.ndarray, np.random.Generator], np.ndarray]
+    truth: Callable[..., Any]
 
 
-def _make_scalar(regime: str, dims: Dims, seed: int, dtype: str, cu_seqlens=None) -> Problem:
-    return make_problem(regime, dims, seed, dtype, cu_seqlens=cu_seqlens)
+def perturb(name: str, part: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Fresh values of the same magnitudes: each element times a random factor in [0.5, 1.5)
+    plus a shift of 0.1 standard normal (a family whose inputs have a sign or a range to keep
+    gives its own ``perturb``)."""
+    shift = 0.1 * rng.standard_normal(part.shape)
+    return part * rng.uniform(0.5, 1.5, part.shape) + shift
 
 
-GATED = Family(
-    name="gated linear attention (scalar gates)",
-    inputs=("q", "k", "v", "log_alpha", "h0"),
-    cotangents=("do", "dh_T"),
-    timed=frozenset({"q", "k", "v", "log_alpha", "do", "o", "dq", "dk", "dv", "dlog_alpha"}),
-    per_state=frozenset({"h0", "dh_T", "h_T", "dh0"}),
-    causal_outputs=("o", "dq"),
-    anticausal_outputs=("dk", "dv"),
-    make=_make_scalar,
-)
+def view(family) -> _View:
+    """The probes' reading of ``family`` (``glaref._audit._family.Family``)."""
+    cts = tuple(n for n in family.arrays if n not in family.inputs)
+    grads = tuple(f"d{n}" for n in family.grads)
+    kinds = {**family.kinds, **{f"d{n}": family.kinds[n] for n in family.grads}}
+    names = family.inputs + cts + tuple(family.outputs) + grads
+    return _View(
+        inputs=tuple(family.inputs), cotangents=cts, outputs=tuple(family.outputs), grads=grads,
+        kinds=kinds, timed=frozenset(n for n in names if kinds[n] != "state"),
+        per_state=frozenset(n for n in names if kinds[n] == "state"),
+        causal=tuple(family.causal), anticausal=tuple(family.anticausal),
+        make=family.make_problem, perturb=family.perturb or perturb, truth=family.truth)
 
 
 class KernelFailed(Exception):
@@ -137,13 +147,13 @@ class JaxProbeRunner:
     programs serve every row. ``scale`` reaches a kernel whose signature takes it (None: never
     passed, the kernel has it bound already)."""
 
-    def __init__(self, kernel: Callable, dtype: str, *, layout: str = "bhtd",
+    def __init__(self, kernel: Callable, dtype: str, family: Family, *, layout: str = "bhtd",
                  scale: float | None = 1.0):
         import jax
         import jax.numpy as jnp
 
         self.jax, self.jnp = jax, jnp
-        self.kernel, self.layout = kernel, layout
+        self.kernel, self.layout, self.names = kernel, layout, view(family)
         self.jd = jnp.dtype(dtype)
         self.kw = {"scale": float(scale)} if scale is not None and accepts(kernel, "scale") else {}
         self._fns: dict = {}          # offsets -> the differentiated function (not jitted)
@@ -160,36 +170,40 @@ class JaxProbeRunner:
             fn = functools.partial(self.kernel, **self.kw) if cu is None else \
                 functools.partial(self.kernel, cu_seqlens=np.asarray(cu), **self.kw)
 
-            def f(q, k, v, la, h0, do, dh_T):
-                out, pull = jax.vjp(fn, q, k, v, la, h0)
+            n_in = len(self.names.inputs)
+
+            def f(*arrays):
+                # the kernel's inputs, then one cotangent per output it may return
+                out, pull = jax.vjp(fn, *arrays[:n_in])
                 if isinstance(out, (tuple, list)):
-                    cts = type(out)([do.astype(out[0].dtype), dh_T.astype(out[1].dtype)])
+                    cts = type(out)([c.astype(x.dtype) for c, x in zip(arrays[n_in:], out)])
                 else:
-                    cts = do.astype(out.dtype)
+                    cts = arrays[n_in].astype(out.dtype)
                 return out, pull(cts)
             self._fns[key] = f
         return key, self._fns[key]
 
     def use_row(self, p: Problem, compiled, dtypes: tuple) -> None:
         """Run problems shaped as ``p`` (unpacked) through ``compiled``, the audit row's own
-        program ``(q, k, v, log_alpha, h0, do[, dh_T]) -> (outputs, gradients)`` with its
+        program ``(inputs..., cotangents...) -> (outputs, gradients)`` with its
         arguments in ``dtypes`` (``glaref._audit._runners.fwd_bwd_program``)."""
         self._row = None if p.cu_seqlens is not None else (self._shapes(p), compiled, dtypes)
 
     def _shapes(self, p: Problem) -> tuple:
-        return tuple(np.shape(getattr(p, n)) for n in ARRAYS[:5])
+        return tuple(np.shape(getattr(p, n)) for n in self.names.inputs)
 
     def _signature(self, p: Problem) -> tuple:
         cu = None if p.cu_seqlens is None else tuple(int(c) for c in p.cu_seqlens)
         return self._shapes(p), cu
 
     def _arrays(self, p: Problem) -> list:
-        out = []
-        for n in ARRAYS:
+        nm, out = self.names, []
+        for n in nm.inputs + nm.cotangents:
             x = getattr(p, n)
-            if x is None:       # dh_T None: zero
-                x = np.zeros_like(p.h0)
-            out.append(self.jnp.asarray(np.asarray(from_canonical(x, _KIND[n], self.layout))
+            if x is None:       # a final state's cotangent not given: zero, shaped as h0
+                x = np.zeros_like(next(getattr(p, i) for i in nm.inputs
+                                       if nm.kinds[i] == nm.kinds[n]))
+            out.append(self.jnp.asarray(np.asarray(from_canonical(x, nm.kinds[n], self.layout))
                                         .astype(self.jd)))
         return out
 
@@ -197,11 +211,9 @@ class JaxProbeRunner:
         got, _, problem = kernel_returns(out, p.dims, self.layout, p.n_states)
         if problem is not None:
             raise KernelFailed(problem)
-        res = {n: to_canonical(np.asarray(x).astype(np.float64), _KIND[n], self.layout)
-               for n, x in zip(("o", "h_T"), got)}
-        res.update({f"d{n}": to_canonical(np.asarray(x).astype(np.float64), _KIND[n], self.layout)
-                    for n, x in zip(GRADS, g)})
-        return res
+        nm = self.names
+        return {n: to_canonical(np.asarray(x).astype(np.float64), nm.kinds[n], self.layout)
+                for n, x in [*zip(nm.outputs, got), *zip(nm.grads, g)]}
 
     def _call(self, program, args):
         try:
@@ -229,7 +241,7 @@ class JaxProbeRunner:
             out, g = self._call(self._jitted[key], args)
             self.compiles += self._jitted[key]._cache_size() - before
         res = self._read(p, out, g)
-        return res if grads else {n: x for n, x in res.items() if n in ("o", "h_T")}
+        return res if grads else {n: x for n, x in res.items() if n in self.names.outputs}
 
     def many(self, problems: list[Problem]) -> list[dict[str, np.ndarray]]:
         """The outputs and gradients of every problem, from one program that runs them side by
@@ -251,11 +263,11 @@ class JaxProbeRunner:
         return [self._read(p, out, g) for p, (out, g) in zip(problems, results)]
 
 
-def jax_runner(kernel: Callable, dtype: str, *, layout: str = "bhtd",
+def jax_runner(kernel: Callable, dtype: str, family: Family, *, layout: str = "bhtd",
                scale: float | None = 1.0) -> JaxProbeRunner:
     """A Runner for a JAX kernel, compiled once per shape (``jax.jit`` of its forward and
     ``jax.vjp`` backward, as the audit runs it): :class:`JaxProbeRunner`."""
-    return JaxProbeRunner(kernel, dtype, layout=layout, scale=scale)
+    return JaxProbeRunner(kernel, dtype, family, layout=layout, scale=scale)
 
 
 def run_many(run: Runner, problems: list[Problem]) -> list[dict[str, np.ndarray]]:
@@ -265,23 +277,28 @@ def run_many(run: Runner, problems: list[Problem]) -> list[dict[str, np.ndarray]
     return many(problems) if many is not None else [run(p, True) for p in problems]
 
 
-def function_runner(forward: Callable, vjp: Callable | None = None) -> Runner:
-    """A Runner from two functions on canonical NumPy arrays (already rounded; the caller casts):
-    ``forward(q, k, v, log_alpha, h0[, cu_seqlens=]) -> (o, h_T)`` and
-    ``vjp(q, k, v, log_alpha, h0, do, dh_T[, cu_seqlens=]) -> (dq, dk, dv, dlog_alpha, dh0)``."""
+def function_runner(family: Family, forward: Callable, vjp: Callable | None = None) -> Runner:
+    """A Runner from two functions on canonical NumPy arrays (already rounded; the caller casts),
+    in the order of ``family``'s arrays: ``forward(*inputs[, cu_seqlens=]) -> outputs`` (every
+    one, the final state too) and ``vjp(*inputs, *cotangents[, cu_seqlens=]) -> gradients`` (for
+    the scalar gate: ``forward(q, k, v, log_alpha, h0) -> (o, h_T)``, ``vjp(q, k, v, log_alpha,
+    h0, do, dh_T) -> (dq, dk, dv, dlog_alpha, dh0)``)."""
+    nm = view(family)
+
     def run(p: Problem, grads: bool) -> dict[str, np.ndarray]:
         kw = {} if p.cu_seqlens is None else {"cu_seqlens": p.cu_seqlens}
-        args = (p.q, p.k, p.v, p.log_alpha, p.h0)
+        args = tuple(getattr(p, n) for n in nm.inputs)
         try:
-            o, h_T = forward(*args, **kw)
-            out = {"o": np.asarray(o, dtype=np.float64), "h_T": np.asarray(h_T, dtype=np.float64)}
+            out = {n: np.asarray(x, dtype=np.float64)
+                   for n, x in zip(nm.outputs, forward(*args, **kw))}
             if grads:
                 if vjp is None:
                     raise KernelFailed("no gradients: no vjp function given")
-                dh_T = p.dh_T if p.dh_T is not None else np.zeros_like(out["h_T"])
-                gs = vjp(*args, p.do, dh_T, **kw)
-                out.update({f"d{n}": np.asarray(g, dtype=np.float64)
-                            for n, g in zip(("q", "k", "v", "log_alpha", "h0"), gs)})
+                # a cotangent not given (the final state's): zero, shaped as its output
+                cts = [getattr(p, c) if getattr(p, c) is not None else np.zeros_like(out[o])
+                       for c, o in zip(nm.cotangents, nm.outputs)]
+                out.update({n: np.asarray(g, dtype=np.float64)
+                            for n, g in zip(nm.grads, vjp(*args, *cts, **kw))})
         except KernelFailed:
             raise
         except Exception as exc:          # the kernel's own error, reported as the probe's
@@ -294,20 +311,44 @@ def function_runner(forward: Callable, vjp: Callable | None = None) -> Runner:
 Judge = Callable[[Problem, dict[str, np.ndarray]], dict[str, str]]
 
 
-def verdict_judge(*, scale: float = 1.0, oracle: str = "numba", claims=None,
-                  dtypes: dict[str, str] | None = None, **declared) -> Judge:
-    """The audit's verdict (``glaref._judge.assess_outputs``) as a Judge: the kernel's ``claims``
-    (``glaref._claims.Claims``, resolved) or the claim keywords (compute_dtype, chunk_size, ...);
-    ``dtypes``: the dtype name each output was returned in (default float32)."""
+def verdict_judge(family: Family, *, scale: float = 1.0, oracle: str = "numba", claims=None,
+                  dtypes: dict[str, str] | None = None, truths: dict | None = None,
+                  **declared) -> Judge:
+    """The audit's verdict (``glaref._judge.assess_outputs`` on ``family``'s oracle side,
+    ``family.truth``) as a Judge: the kernel's ``claims`` (``glaref._claims.Claims``, resolved)
+    or the claim keywords (compute_dtype, chunk_size, ...); ``dtypes``: the dtype name each
+    output was returned in (default float32). ``truths``: a dict in which the oracle's side of
+    each problem is kept by the problem's contents (:func:`problem_key`), so that the judges of
+    several kernels on the same probe problems compute it once (its reference kernels cached by
+    design within it)."""
+    nm = view(family)
+
     def judge(p: Problem, out: dict[str, np.ndarray]) -> dict[str, str]:
-        truth = _judge.Truth(p, scale, oracle)
-        canon = {(n if n in ("o", "h_T") else n[1:]): x for n, x in out.items()}
+        if truths is None:
+            truth = nm.truth(p, scale, oracle)
+        else:
+            key = (problem_key(p, nm), scale, oracle)
+            truth = truths.get(key)
+            if truth is None:
+                truth = truths[key] = nm.truth(p, scale, oracle)
+        canon = {(n if n in nm.outputs else n[1:]): x for n, x in out.items()}
         dts = {n: (dtypes or {}).get(n, "float32") for n in canon}
-        grads = any(n.startswith("d") for n in out)
-        per = _judge.assess_outputs(truth, canon, dts, final="h_T" in out, grads=grads,
+        grads = any(n in nm.grads for n in out)
+        per = _judge.assess_outputs(truth, canon, dts, final=nm.outputs[-1] in out, grads=grads,
                                     claims=claims, **declared)
         return {n: a.reason for n, a in per.items() if not a.ok}
     return judge
+
+
+def problem_key(p: Problem, names: _View) -> tuple:
+    """A problem by its contents: its dims, offsets and a digest of every array's bytes."""
+    h = hashlib.blake2b(digest_size=16)
+    for n in names.inputs + names.cotangents:
+        x = getattr(p, n)
+        h.update(n.encode() + (b"-" if x is None else
+                               np.ascontiguousarray(x).view(np.uint8).tobytes()))
+    cu = None if p.cu_seqlens is None else tuple(int(c) for c in p.cu_seqlens)
+    return p.dims, cu, h.hexdigest()
 
 
 # ---------------------------------------------------------------- results
@@ -374,7 +415,7 @@ def _guard(probe: str, body: Callable[[], ProbeResult]) -> ProbeResult:
 
 # ---------------------------------------------------------------- the probes
 
-def determinism(run: Runner, p: Problem, family: Family = GATED) -> ProbeResult:
+def determinism(run: Runner, p: Problem) -> ProbeResult:
     """Two runs on the same inputs: outputs and gradients bit-identical."""
     def body():
         a, b = run(p, True), run(p, True)
@@ -386,12 +427,11 @@ def determinism(run: Runner, p: Problem, family: Family = GATED) -> ProbeResult:
     return _guard("determinism", body)
 
 
-def _resample(p: Problem, family: Family, rng: np.random.Generator, steps: slice,
+def _resample(p: Problem, family: _View, rng: np.random.Generator, steps: slice,
               states=None, dtype: str = "float64", state_names=None) -> Problem:
     """``p`` with every timed input and cotangent replaced by fresh values on ``steps`` (the same
-    magnitudes: each element times a random factor in [0.5, 1.5), log_alpha kept negative by the
-    same factors), and the per-state arrays (those of ``state_names``, all by default) on
-    ``states`` likewise."""
+    magnitudes: the family's ``perturb``), and the per-state arrays (those of ``state_names``,
+    all by default) on ``states`` likewise."""
     new = {}
     for n in family.inputs + family.cotangents:
         if states is not None and n in family.per_state and state_names is not None \
@@ -405,15 +445,12 @@ def _resample(p: Problem, family: Family, rng: np.random.Generator, steps: slice
             states if states is not None and n in family.per_state else None
         if sel is None:
             continue
-        part = y[sel]
-        # log_alpha keeps its sign (only scaled); the others also get a shift
-        shift = 0.0 if n == "log_alpha" else 0.1 * rng.standard_normal(part.shape)
-        y[sel] = part * rng.uniform(0.5, 1.5, part.shape) + shift
+        y[sel] = family.perturb(n, y[sel], rng)
         new[n] = round_to_dtype(y, dtype)
     return p._replace(**new)
 
 
-def _pad(p: Problem, family: Family, fill: float) -> Problem:
+def _pad(p: Problem, family: _View, fill: float) -> Problem:
     """``p`` with PADDING steps of ``fill`` appended to every timed input and cotangent (its
     offsets unchanged: the padding lies past the last one)."""
     new = {}
@@ -441,9 +478,9 @@ class Packing:
     runs the kernel on it once: (problem, outputs and gradients, padded), or why it cannot run."""
 
     def __init__(self, run: Runner, regime: str, dims: Dims, seed: int, dtype: str,
-                 family: Family = GATED):
+                 family: Family):
         self.run, self.regime, self.dims, self.seed = run, regime, dims, seed
-        self.dtype, self.family = dtype, family
+        self.dtype, self.family = dtype, view(family)
         self.split = split_step(dims.T)
         self._got: tuple | str | None = None
 
@@ -452,7 +489,7 @@ class Packing:
         end = d.T - PADDING if padded else d.T
         cu = np.array([0, P // 2, P, end], dtype=np.int64)
         p = self.family.make(self.regime, Dims(1, d.G, d.H, end, d.dk, d.dv), self.seed,
-                             self.dtype, cu)
+                             self.dtype, cu_seqlens=cu)
         return _pad(p, self.family, 0.0) if padded else p
 
     def options(self) -> tuple[bool, ...]:
@@ -461,10 +498,6 @@ class Packing:
         if P // 2 < 1 or P >= T:
             return ()
         return (True, False) if T - PADDING > P else (False,)
-
-    def give(self, padded: bool, outputs: dict[str, np.ndarray]) -> None:
-        """The kernel's outputs on ``problem(padded)``, run elsewhere (``run_probes``)."""
-        self._got = (self.problem(padded), outputs, padded)
 
     def get(self) -> tuple[Problem, dict[str, np.ndarray], bool] | str:
         if self._got is not None:
@@ -484,7 +517,7 @@ class Packing:
         return self._got
 
 
-def _select(out: dict[str, np.ndarray], family: Family, steps, states) -> dict:
+def _select(out: dict[str, np.ndarray], family: _View, steps, states) -> dict:
     """{output: index expression} of the given steps of every timed output and the given
     sequences of every per-state one."""
     where = {}
@@ -496,7 +529,7 @@ def _select(out: dict[str, np.ndarray], family: Family, steps, states) -> dict:
     return where
 
 
-def causality(run: Runner, p: Problem, family: Family = GATED, *, split: int | None = None,
+def causality(run: Runner, p: Problem, family: Family, *, split: int | None = None,
               dtype: str = "float64", seed: int = 0, chunk_size: int | None = None,
               packing: Packing | None = None) -> ProbeResult:
     """Inputs changed at t >= P leave the causal outputs (o, dq) at t < P bit-identical; inputs
@@ -515,53 +548,61 @@ def causality(run: Runner, p: Problem, family: Family = GATED, *, split: int | N
     P = split if split is not None else split_step(T)
     if not 0 < P < T:
         return ProbeResult("causality", None, f"T = {T} has no step to split at")
+    fam = view(family)
+    if not fam.causal and not fam.anticausal:
+        return ProbeResult("causality", None, "the family declares no causal or anticausal "
+                           "outputs")
     C = chunk_size if chunk_size else DEFAULT_CHUNK
     Q = -(-P // C) * C                     # anticausal outputs compared on t >= Q
 
     def body():
         rng = np.random.default_rng(seed)
         base = run(p, True)
-        late = run(_resample(p, family, rng, slice(P, None), dtype=dtype), True)
+        late = run(_resample(p, fam, rng, slice(P, None), dtype=dtype), True)
         # the initial states change too, never the final state's cotangent (dk, dv depend on it)
-        early = run(_resample(p, family, rng, slice(0, P), states=slice(None), dtype=dtype,
-                              state_names=family.inputs), True)
-        before = {n: (slice(None), slice(None), slice(0, P)) for n in family.causal_outputs}
-        after = {n: (slice(None), slice(None), slice(Q, None)) for n in family.anticausal_outputs}
+        early = run(_resample(p, fam, rng, slice(0, P), states=slice(None), dtype=dtype,
+                              state_names=fam.inputs), True)
+        before = {n: (slice(None), slice(None), slice(0, P)) for n in fam.causal}
+        after = {n: (slice(None), slice(None), slice(Q, None)) for n in fam.anticausal}
         bad = [f"{d} (inputs changed at t >= {P})" for d in _differences(base, late, before)]
         if Q < T:
             bad += [f"{d}, counted from t = {Q} (inputs changed at t < {P})"
                     for d in _differences(base, early, after)]
-        states = "h at t < P seen through o and dq (the kernel takes no cu_seqlens)"
+        states = (f"h at t < P seen through {' and '.join(fam.causal) or 'no output'} (the "
+                  "kernel takes no cu_seqlens)")
         got = packing.get() if packing is not None and packing.split == P else None
         if isinstance(got, tuple):
             pp, pbase, _ = got
             cu = pp.cu_seqlens
             end = int(cu[-1])
-            changed = run(_resample(pp, family, rng, slice(P, end), states=slice(2, None),
+            changed = run(_resample(pp, fam, rng, slice(P, end), states=slice(2, None),
                                     dtype=dtype), True)
             bad += [f"{d} (packed at offsets {cu.tolist()}: sequence 2 changed)"
                     for d in _differences(pbase, changed,
-                                          _select(pbase, family, slice(0, P), slice(0, 2)))]
+                                          _select(pbase, fam, slice(0, P), slice(0, 2)))]
+            final = next((n for n in fam.outputs if n in fam.per_state), "the final state")
             states = (f"packed at offsets {cu.tolist()}: the sequences before t = {P}, their "
-                      f"final states h_T[0], h_T[1] = h_{P} included, unchanged by t >= {P}")
+                      f"final states {final}[0], {final}[1] = h_{P} included, unchanged by "
+                      f"t >= {P}")
         if bad:
             return ProbeResult("causality", False, "outputs depend on steps they cannot: "
                                + "; ".join(bad))
-        anti = (f"; {', '.join(family.anticausal_outputs)} at t >= {Q} unchanged by t < {P}"
+        anti = (f"; {', '.join(fam.anticausal)} at t >= {Q} unchanged by t < {P}"
                 if Q < T else "")
-        return ProbeResult("causality", True, f"{', '.join(family.causal_outputs)} at t < {P} "
+        return ProbeResult("causality", True, f"{', '.join(fam.causal)} at t < {P} "
                            f"unchanged by t >= {P}{anti}; {states}")
     return _guard("causality", body)
 
 
 def packed(run: Runner, regime: str, dims: Dims, seed: int, dtype: str,
-           family: Family = GATED, *, packing: Packing | None = None) -> ProbeResult:
+           family: Family, *, packing: Packing | None = None) -> ProbeResult:
     """Packed sequences (:class:`Packing`: three at offsets [0, P // 2, P, end]): changing the
     middle one (its steps, h0[1], dh_T[1] and do on its steps) leaves the sequences before and
     after it bit-identical, outputs and gradients; NaN in the padding past the last offset
     leaves everything before it as zeros there do (when the kernel accepts offsets that end
     before T)."""
     packing = packing or Packing(run, regime, dims, seed, dtype, family)
+    fam = view(family)
 
     def body():
         got = packing.get()
@@ -570,10 +611,10 @@ def packed(run: Runner, regime: str, dims: Dims, seed: int, dtype: str,
         p, base, padded = got
         cu = p.cu_seqlens
         rng = np.random.default_rng(seed + 1)
-        changed = run(_resample(p, family, rng, slice(int(cu[1]), int(cu[2])),
+        changed = run(_resample(p, fam, rng, slice(int(cu[1]), int(cu[2])),
                                 states=slice(1, 2), dtype=dtype), True)
         keep = np.concatenate([np.arange(cu[0], cu[1]), np.arange(cu[2], cu[3])])
-        bad = _differences(base, changed, _select(base, family, keep, np.array([0, 2])))
+        bad = _differences(base, changed, _select(base, fam, keep, np.array([0, 2])))
         if bad:
             return ProbeResult("packed", False, f"changing sequence 1 changed the others' "
                                f"outputs: {', '.join(bad)} (offsets {cu.tolist()})")
@@ -582,14 +623,14 @@ def packed(run: Runner, regime: str, dims: Dims, seed: int, dtype: str,
         if padded:
             end = int(cu[-1])
             nans = p._replace(**{n: _nan_tail(getattr(p, n), end) for n in
-                                 family.inputs + family.cotangents
-                                 if n in family.timed and getattr(p, n) is not None})
+                                 fam.inputs + fam.cotangents
+                                 if n in fam.timed and getattr(p, n) is not None})
             try:
                 got_nan = run(nans, True)
             except KernelFailed as exc:
                 return ProbeResult("packed", False, f"NaN in the padding past offset {end} "
                                    f"made the kernel fail: {exc}")
-            bad = _differences(base, got_nan, _select(base, family, slice(0, end), slice(None)))
+            bad = _differences(base, got_nan, _select(base, fam, slice(0, end), slice(None)))
             if bad:
                 return ProbeResult("packed", False, f"NaN in the padding past offset {end} "
                                    "reached the sequences: " + ", ".join(bad))
@@ -612,18 +653,25 @@ def _failed(what: str, fails: dict[str, str]) -> str:
     return f"{what}: {', '.join(fails)} fail (first: {first})"
 
 
-def cotangents(run: Runner, p: Problem, judge: Judge, family: Family = GATED) -> ProbeResult:
-    """The gradients under structured cotangents pass the verdict: do zero but at one step
-    (t = T // 3) with dh_T = 0; dh_T alone (do = 0); do alone (dh_T = 0)."""
+def cotangents(run: Runner, p: Problem, judge: Judge, family: Family) -> ProbeResult:
+    """The gradients under structured cotangents pass the verdict: the timed ones (do) zero but
+    at one step (t = T // 3) with the final state's (dh_T) zero; dh_T alone (do = 0); do alone
+    (dh_T = 0)."""
+    fam = view(family)
     T = p.dims.T
     t0 = T // 3
-    one = np.zeros_like(p.do)
-    one[:, :, t0] = p.do[:, :, t0]
-    zero_h = np.zeros_like(p.dh_T) if p.dh_T is not None else None
-    cases = {f"do at t = {t0} only": p._replace(do=one, dh_T=zero_h),
-             "do alone": p._replace(dh_T=zero_h)}
-    if p.dh_T is not None:
-        cases["dh_T alone"] = p._replace(do=np.zeros_like(p.do))
+    timed = [c for c in fam.cotangents if c in fam.timed]
+    final = [c for c in fam.cotangents if c not in fam.timed and getattr(p, c) is not None]
+    no_final = {c: np.zeros_like(getattr(p, c)) for c in final}
+    one = {}
+    for c in timed:
+        one[c] = np.zeros_like(getattr(p, c))
+        one[c][:, :, t0] = getattr(p, c)[:, :, t0]
+    cases = {f"{' and '.join(timed)} at t = {t0} only": p._replace(**one, **no_final),
+             f"{' and '.join(timed)} alone": p._replace(**no_final)}
+    if final:
+        cases[f"{' and '.join(final)} alone"] = p._replace(
+            **{c: np.zeros_like(getattr(p, c)) for c in timed})
 
     def body():
         bad = []
@@ -651,20 +699,19 @@ def sweep_lengths(chunk_size: int | None) -> list[int]:
 
 
 def chunk_sweep(run: Runner, regime: str, dims: Dims, seed: int, dtype: str, judge: Judge, *,
-                chunk_size: int | None, family: Family = GATED,
-                outputs: list | None = None) -> ProbeResult:
+                chunk_size: int | None, family: Family) -> ProbeResult:
     """T = C - 1, C, C + 1, 2C - 1, 2C + 1 (C declared, or DEFAULT_CHUNK) pass the verdict, on
     :func:`sweep_dims` problems run side by side (:func:`run_many`: one compiled program). A
     run of length T also judges h_T, the state after T steps, against the oracle's: the state
     in the middle of a chunk and at its edges, which an unpacked full run only shows through
-    its projections o and dq. ``outputs``: the kernel's on these problems, run already."""
+    its projections o and dq."""
     C = chunk_size if chunk_size and chunk_size > 1 else DEFAULT_CHUNK
     Ts = sweep_lengths(chunk_size)
 
     def body():
-        problems = [family.make(regime, sweep_dims(dims, T), seed, dtype) for T in Ts]
+        problems = [family.make_problem(regime, sweep_dims(dims, T), seed, dtype) for T in Ts]
         bad = []
-        for T, p, out in zip(Ts, problems, outputs or run_many(run, problems)):
+        for T, p, out in zip(Ts, problems, run_many(run, problems)):
             fails = judge(p, out)
             if fails:
                 bad.append(_failed(f"T = {T}", fails))
@@ -675,24 +722,26 @@ def chunk_sweep(run: Runner, regime: str, dims: Dims, seed: int, dtype: str, jud
 
 
 def run_probes(run: Runner, regime: str, dims: Dims, seed: int, dtype: str, judge: Judge, *,
-               chunk_size: int | None = None, family: Family = GATED,
+               family: Family, chunk_size: int | None = None,
                which=PROBES) -> list[ProbeResult]:
     """Every probe in ``which`` on the problem (regime, dims, seed, dtype) of a row; ``judge``
     the verdict for the probes that judge (cotangents, chunk_sweep). The problem is made as the
     audit makes the row's, so a runner holding the row's compiled program
     (:meth:`JaxProbeRunner.use_row`) runs determinism, causality and cotangents without
-    compiling; causality and packed share one packed problem (:class:`Packing`)."""
+    compiling; causality and packed share one packed problem (:class:`Packing`: one program,
+    which follows the row's T), and the chunk sweep runs its five lengths as one program
+    (:func:`run_many`), whose shapes do not depend on the row's T or regime: a runner kept for a
+    whole audit compiles it once per kernel and config."""
     for w in which:
         if w not in PROBES:
             raise ValueError(f"probes: got {w!r}, expected names from {PROBES}")
-    p = family.make(regime, dims, seed, dtype)
+    p = family.make_problem(regime, dims, seed, dtype)
     packing = Packing(run, regime, dims, seed, dtype, family)
-    sweep = _together(run, packing, regime, dims, seed, dtype, family, chunk_size, which)
     out = []
     unstable = None       # bit-identity cannot be judged when two runs already differ
     for w in which:
         if w == "determinism":
-            out.append(determinism(run, p, family))
+            out.append(determinism(run, p))
             if out[-1].passed is False:
                 unstable = "not judged: two runs on the same inputs already differ (determinism)"
         elif w in ("causality", "packed") and unstable:
@@ -706,26 +755,5 @@ def run_probes(run: Runner, regime: str, dims: Dims, seed: int, dtype: str, judg
             out.append(cotangents(run, p, judge, family))
         else:
             out.append(chunk_sweep(run, regime, dims, seed, dtype, judge, chunk_size=chunk_size,
-                                   family=family, outputs=sweep))
+                                   family=family))
     return out
-
-
-def _together(run: Runner, packing: Packing, regime: str, dims: Dims, seed: int, dtype: str,
-              family: Family, chunk_size: int | None, which) -> list | None:
-    """The shapes the probes need beyond the row's, compiled as one program when the runner can
-    (``many``): the packed problem and the chunk sweep's. Gives the packed outputs to
-    ``packing`` and returns the sweep's (None when not run together: each probe then runs its
-    own, and reports its own failure)."""
-    if getattr(run, "many", None) is None or "chunk_sweep" not in which \
-            or not {"causality", "packed"} & set(which):
-        return None
-    sweep = [family.make(regime, sweep_dims(dims, T), seed, dtype)
-             for T in sweep_lengths(chunk_size)]
-    for padded in packing.options():
-        try:
-            got = run.many([packing.problem(padded)] + sweep)
-        except KernelFailed:
-            continue
-        packing.give(padded, got[0])
-        return got[1:]
-    return None

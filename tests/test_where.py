@@ -301,10 +301,14 @@ def test_records_carry_where_diagnosis_and_probes():
     import mutants
 
     bad, good = glaref.audit([mutants.PATTERN_MUTANTS["ragged_tail"], "scan"], "1,2,4,16,16", [40],
-                             ["fwd_bwd"], repeats=0, chunk_size=16, probes="determinism")
+                             ["fwd_bwd"], repeats=0, chunk_size=16,
+                             probes="determinism,cotangents")
     assert "confined to the last chunk" in bad["diagnosis"]
     assert len(bad["where"]["o"]["time"]) == 40 and bad["where"]["o"]["worst_index"][2] == 39
-    assert [p["probe"] for p in bad["probes"]] == ["determinism"] and bad["probes"][0]["passed"]
+    assert [p["probe"] for p in bad["probes"]] == ["determinism", "cotangents"]
+    # the cotangent cases are judged (their oracle side computed once for both kernels)
+    assert bad["probes"][0]["passed"] and bad["probes"][1]["passed"] is False
+    assert [p["passed"] for p in good["probes"]] == [True, True]
     assert good["ok"] and good["diagnosis"] is None
     assert set(good["where"]) == set(_where.PROFILED) and good["where"]["o"]["time"] is None
     json.dumps([bad, good], allow_nan=False)

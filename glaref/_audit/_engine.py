@@ -146,13 +146,15 @@ def _problem_rows(a: _Audit, sink: _Sink, regime: str, cname: str, dims: Dims) -
     try:
         truth.forward()
         prepared = a.runner.prepare(problem)
+        truths: dict = {}                   # the probes' oracle sides, shared by the kernels
         for mode in a.rows.modes:
             for subject in a.subjects:
                 sink.announce(f"{subject.name} {mode} {cname} T={dims.T} ({regime}{kind})")
                 m = a.runner.measure(subject, mode, truth, prepared)
                 rec = _records.record(subject, where, a.rows, truth, m)
                 if a.probes and m.mode == "fwd_bwd" and m.failure is None:
-                    rec = _records.add_probes(rec, _probe(a, subject, where, m, problem))
+                    rec = _records.add_probes(rec, _probe(a, subject, where, m, problem,
+                                                          truths))
                 sink.add(rec)
     except NonFiniteError as exc:
         # the oracle's own results overflow (the regimes' inputs are moderate: an extreme scale):
@@ -160,27 +162,30 @@ def _problem_rows(a: _Audit, sink: _Sink, regime: str, cname: str, dims: Dims) -
         raise AuditUsageError(str(exc), exc.argument) from None
 
 
-def _probe(a: _Audit, subject: Subject, where: _records.Where, m, problem) -> list:
+def _probe(a: _Audit, subject: Subject, where: _records.Where, m, problem,
+           truths: dict) -> list:
     """The probes ``a.probes`` on one row's kernel and problem (glaref._probes), run through a
     runner of the kernel's framework (for JAX, one per kernel for the whole audit, given the
-    row's compiled program for the row's shape: ``problem``) and judged with its claims."""
+    row's compiled program for the row's shape: ``problem``) and judged with its claims, the
+    oracle's side of each probe problem kept in ``truths`` for the problem's other kernels."""
     r = a.runner
     if isinstance(r, JaxRunner):
         run = a.probe_runners.get(id(subject))
         if run is None:
-            run = a.probe_runners[id(subject)] = _probes.jax_runner(subject.fn, r.dtype,
-                                                                    layout=r.layout, scale=None)
+            run = a.probe_runners[id(subject)] = _probes.jax_runner(
+                subject.fn, r.dtype, a.rows.family, layout=r.layout, scale=None)
         if m.program is not None:          # the row's compiled program serves its own shape
             run.use_row(problem, *m.program)
     else:
         run = _probes.kernel_runner(subject.fn, r.dtype, layout=r.layout, scale=r.scale,
                                     framework=r.framework, device=r.device)
-    judge = _probes.verdict_judge(scale=a.rows.scale, oracle=a.rows.oracle, claims=subject.claims,
-                                  dtypes=m.dtypes)
+    judge = _probes.verdict_judge(a.rows.family, scale=a.rows.scale, oracle=a.rows.oracle,
+                                  claims=subject.claims, dtypes=m.dtypes, truths=truths)
     ctx = r.precision_ctx() if isinstance(r, JaxRunner) else contextlib.nullcontext()
     with ctx:
         return _probes.run_probes(run, where.regime, where.dims, a.rows.seed, a.claims.dtype,
-                                  judge, chunk_size=subject.claims.chunk_size, which=a.probes)
+                                  judge, family=a.rows.family,
+                                  chunk_size=subject.claims.chunk_size, which=a.probes)
 
 
 def _check_user_claims(impl_list: list, chunk_size, accumulate_dtype, dlog_alpha_form) -> None:

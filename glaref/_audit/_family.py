@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .. import _judge, _problems, regimes
+from .. import _judge, _probes, _problems, regimes
 from .._inputs import _KIND, ARRAYS, FORWARD, GRADS
 from .._oracle import backend
 
@@ -40,7 +40,13 @@ class Family:
     truth(problem, scale, oracle_impl): the oracle's side of a problem (``_judge.Truth``).
     truth also runs the family's reference kernels, those its claims call for (for this family
     the table of ``glaref._designs``). warm(oracle_impl, gate, packed): compile (or load) the
-    oracle before any timing."""
+    oracle before any timing.
+
+    For the probes (``glaref._probes``, which read the names and kinds above too): causal, the
+    outputs and gradients (a gradient as ``d<input>``) whose step t depends on steps s <= t only;
+    anticausal, those whose step t depends on steps s >= t only (none declared: the causality
+    probe does not apply); perturb(name, values, rng): new values of the same magnitudes for
+    the probes that change inputs (None: ``glaref._probes.perturb``, a random factor and shift)."""
 
     name: str
     inputs: tuple[str, ...]
@@ -52,6 +58,9 @@ class Family:
     make_problem: Callable[..., Any]
     truth: Callable[..., _judge.Truth]
     warm: Callable[[str, str, bool], None]
+    causal: tuple[str, ...] = ()
+    anticausal: tuple[str, ...] = ()
+    perturb: Callable[[str, np.ndarray, np.random.Generator], np.ndarray] | None = None
 
 
 def _warm_scalar_gate(impl: str, gate: str = "scalar", packed: bool = False) -> None:
@@ -72,7 +81,15 @@ def _warm_scalar_gate(impl: str, gate: str = "scalar", packed: bool = False) -> 
         be.vjp(q, q, v, la, h0, v, h0, 1.0, cu_seqlens=cu)
 
 
+def _perturb_scalar_gate(name: str, part: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The probes' perturbation, log_alpha kept negative (scaled by a random factor only)."""
+    if name == "log_alpha":
+        return part * rng.uniform(0.5, 1.5, part.shape)
+    return _probes.perturb(name, part, rng)
+
+
 SCALAR_GATE = Family(
     name="scalar_gate", inputs=GRADS, outputs=FORWARD, grads=GRADS, arrays=ARRAYS, kinds=_KIND,
     regimes=regimes.REGIMES, make_problem=_problems.make_problem, truth=_judge.Truth,
-    warm=_warm_scalar_gate)
+    warm=_warm_scalar_gate, causal=("o", "dq"), anticausal=("dk", "dv"),
+    perturb=_perturb_scalar_gate)
