@@ -55,6 +55,7 @@ def _params(c: Claims, where: Where, rows: Rows, final: bool | None, runner: dic
     out.update({k: runner[k] for k in ("framework", "forward_only") if k in runner})
     out["gate"] = c.gate
     out["cu_seqlens"] = None if cu_seqlens is None else [int(x) for x in cu_seqlens]
+    out.update(rows.family.header)         # the recurrence, for families other than the default
     return out
 
 
@@ -89,11 +90,12 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
         return rec
     truth = m.truth or truth
     final, layout = bool(m.final), subject.claims.layout
-    per = _judge.assess_outputs(truth, m.values, m.dtypes, final=final,
-                                grads=m.mode == "fwd_bwd", claims=subject.claims)
-    _judge.locate_nonfinite(per, m.values, layout)   # the first bad index in the caller's layout
+    judge = rows.family.judge               # the recurrence family's verdict (_family.Judge)
+    per = judge.assess_outputs(truth, m.values, m.dtypes, final=final,
+                               grads=m.mode == "fwd_bwd", claims=subject.claims)
+    judge.locate_nonfinite(per, m.values, layout)   # the first bad index in the caller's layout
     direct: dict[str, Any] = {}
-    if "log_alpha" in per:   # the direct form's budget_ulps beside the identity's
+    if judge.direct_log_alpha and "log_alpha" in per:   # the direct form's beside the identity's
         direct["log_alpha"] = _metrics.budget_ulps(
             "log_alpha", m.values["log_alpha"], truth.reference("log_alpha", final),
             truth.scales(final, True)["log_alpha"], subject.claims.compute_dtype,
@@ -114,7 +116,7 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
     rec["nonfinite"] = {n: a.nonfinite for n, a in per.items()}
     rec["nonfinite_first_index"] = {n: a.first_nonfinite for n, a in per.items() if a.nonfinite}
     # numpy.testing's "mismatched elements: n / N" per failing output, indices in the caller's layout
-    rec["mismatched"] = {n: mm.summary() for n, mm in _judge.mismatches(
+    rec["mismatched"] = {n: mm.summary() for n, mm in judge.mismatches(
         truth, per, m.values, final=final, grads=m.mode == "fwd_bwd", claims=subject.claims,
         layout=layout).items()}
     rec.update(params)
@@ -133,11 +135,11 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
     rec["outcome"] = "fail" if failures else ("less_accurate" if less else "ok")
     rec["verdict"] = _report.verdict(rec)
     # where the error is (glaref._where): every output's profile, the failing ones' in full
-    profiles = _where.row_profiles(truth, m.values, m.dtypes, final=final,
-                                   grads=m.mode == "fwd_bwd", claims=subject.claims)
+    profiles = {} if judge.row_profiles is None else judge.row_profiles(
+        truth, m.values, m.dtypes, final=final, grads=m.mode == "fwd_bwd", claims=subject.claims)
     failing = [n for n, a in per.items() if not a.ok]
     rec["where"] = {n: p.summary(full=n in failing) for n, p in profiles.items()}
-    rec["diagnosis"] = _where.diagnose(profiles, failing)[0]
+    rec["diagnosis"] = _where.diagnose(profiles, failing)[0] if profiles else None
     rec["probes"] = None
     # the oracle's own time on these inputs (never part of the kernel's figures)
     wanted = ["forward", "scales", "reference_scan", "reference_chunked"] if m.mode == "fwd" else \
@@ -173,4 +175,5 @@ def header(platform: str, *, preset: str, rows: Rows, impls: list[str], repeats:
             "seed": rows.seed, "regimes": rows.regimes, "oracle": rows.oracle, "preset": preset,
             "chunk_size": claims.chunk_size, "accumulate_dtype": claims.accumulate_dtype,
             "dlog_alpha_form": claims.dlog_alpha_form, "gate": claims.gate,
-            "precision": precision, "cu_seqlens": rows.cu_seqlens(), **shard}
+            "precision": precision, "cu_seqlens": rows.cu_seqlens(), **rows.family.header,
+            **shard}
