@@ -440,3 +440,30 @@ TOLERANCES.update({
         "triangular solve of C rows and segment sums of C gates per decay (~2 C more roundings "
         "per term); measured <= 1e-15."),
 })
+
+
+# ---- the gated delta rule's same-precision reference kernels (glaref.delta._baseline;
+# tests/test_delta_baseline.py) ----
+# Run in float64 the reference kernels are exact algorithms of the recurrence evaluated in another
+# order than the oracle: the scan the oracle's lines with the sums one term after another, the
+# chunked form a unit triangular solve of C rows, the WY products and segment sums of up to C gates
+# per decay (~3 C more roundings per term than the scan). On the test shapes (T = 70, dk, dv <= 8,
+# beta up to 2, C <= 64) that is n <= 2 (2 dk + 6) + 3 C ~ 250 roundings per term and, normwise,
+# kappa of the standard regime's ~1-10 (the recurrence contracts: |I - beta k k^T| <= 1):
+# n u kappa <= 250 * 1.1e-16 * 10 ~ 3e-13.
+TOLERANCES.update({
+    "delta_baseline_f64": Tolerance(
+        1e-12,
+        "glaref.delta._baseline's kernels run in float64 vs the float64 oracle, normwise per "
+        "output (see above: <= 3e-13 by the rounding count; the issue's 1e-12 for two float64 "
+        "evaluations of one recurrence)."),
+    "delta_baseline_f32_standard": Tolerance(
+        1e-5,
+        "Normwise error of a reference kernel run in float32 on the standard regime at the test "
+        "shapes (T <= 70, dk, dv <= 8): each step rounds every state element a few times, and "
+        "the contracting recurrence (|I - beta k k^T| <= 1, alpha < 1) keeps the accumulated "
+        "error near sqrt(T) u to T u per element: <= 70 * 6e-8 = 4e-6 at worst, measured "
+        "~1e-7 (docs/reports/delta_oracle_cpu.txt: 0.6e-7 to 4e-7 for a float32 loop over "
+        "the regimes at T = 256). 1e-5 is ~170 u32: any wrong term (O(1)) or a kernel in a "
+        "coarser arithmetic (bfloat16 operands: ~4e-3) is far above it."),
+})

@@ -1,0 +1,178 @@
+"""The gated delta rule's same-precision reference kernels (glaref.delta._baseline), held to the
+float64 oracle from outside.
+
+Run in float64, every reference kernel is an exact algorithm of the recurrence, so it must equal
+the oracle (``glaref.delta._oracle.backend("numba")``, a different evaluation: the step-by-step
+adjoint of docs/math_delta.md section 2 in another summation order) to float64 roundoff, on the
+shapes where kernels go wrong: G < H, dk != dv, T not a multiple of the chunk, random h0 and
+dh_T, scalar and vector gates, beta up to 2, packed sequences. Run in float32, it must *make*
+float32's rounding errors (above the float32/float64 separator: no secret float64) of a correct
+design's size on the standard regime. Results are the same bytes twice and on 1 or 2 threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numba
+import numpy as np
+import pytest
+
+from glaref._inputs import Dims
+from glaref._metrics import rel_err
+from glaref.delta import _baseline, _designs, regimes
+from glaref.delta._oracle import OUTPUTS, DeltaProblem, backend
+from glaref.tolerances import tol
+
+SCALE = 0.7
+DIMS = Dims(B=1, G=2, H=4, T=70, dk=8, dv=6)      # G < H, dk != dv
+# (kernel, chunk): the scan, and the chunked form at two chunk sizes (T = 70: four chunks of 16
+# and a tail of 6; one chunk of 64 and a tail of 6)
+REFS = [("scan", 1), ("chunked", 16), ("chunked", 64)]
+PACKED = [0, 0, 17, 17, 50, 70]   # empty first and middle sequences, lengths across chunk bounds
+
+
+def _oracle(dp: DeltaProblem) -> dict[str, np.ndarray]:
+    p, be = dp.p, backend("numba")
+    o, h_T = be.forward(p.q, p.k, p.v, dp.beta, p.log_alpha, p.h0, SCALE,
+                        cu_seqlens=p.cu_seqlens)
+    g = be.vjp(p.q, p.k, p.v, dp.beta, p.log_alpha, p.h0, p.do, p.dh_T, SCALE,
+               cu_seqlens=p.cu_seqlens)
+    return dict(zip(OUTPUTS, (o, h_T, *g)))
+
+
+def _rounded(dp: DeltaProblem) -> DeltaProblem:
+    """The problem with every array rounded to float32 (what a float32 kernel is given)."""
+    r = lambda x: None if x is None else x.astype(np.float32).astype(np.float64)  # noqa: E731
+    p = dp.p
+    return DeltaProblem(p._replace(q=r(p.q), k=r(p.k), v=r(p.v), log_alpha=r(p.log_alpha),
+                                   h0=r(p.h0), do=r(p.do), dh_T=r(p.dh_T)), r(dp.beta))
+
+
+def _beta_two(dp: DeltaProblem) -> DeltaProblem:
+    """beta spread over (0, 2) (flash-linear-attention's allow_neg_eigval)."""
+    rng = np.random.default_rng(7)
+    return dp._replace(beta=2.0 * rng.uniform(size=dp.beta.shape))
+
+
+def _packed(gate: str) -> DeltaProblem:
+    d = dataclasses.replace(DIMS, B=1)
+    dp = regimes.make_inputs("standard", d, 3, gate=gate)
+    rng = np.random.default_rng(11)
+    N = len(PACKED) - 1
+    h0 = rng.standard_normal((N, d.H, d.dk, d.dv))
+    dh_T = rng.standard_normal((N, d.H, d.dk, d.dv))
+    p = dp.p._replace(h0=h0, dh_T=dh_T, cu_seqlens=np.array(PACKED, dtype=np.int64))
+    return DeltaProblem(p, dp.beta)
+
+
+def _cases():
+    for gate in ("scalar", "vector"):
+        yield f"{gate}", regimes.make_inputs("standard", DIMS, 0, gate=gate)
+        yield f"{gate}_beta2", _beta_two(regimes.make_inputs("standard", DIMS, 1, gate=gate))
+        yield f"{gate}_packed", _packed(gate)
+    # no dh_T: the loss has no h_T term
+    dp = regimes.make_inputs("standard", DIMS, 2)
+    yield "scalar_no_dh_T", dp._replace(p=dp.p._replace(dh_T=None))
+
+
+CASES = list(_cases())
+
+
+@pytest.mark.parametrize("kernel,chunk", REFS, ids=[f"{k}{c}" for k, c in REFS])
+@pytest.mark.parametrize("name,dp", CASES, ids=[c[0] for c in CASES])
+def test_float64_equals_the_oracle(kernel, chunk, name, dp):
+    ref = _oracle(dp)
+    for decay in _baseline.DECAY_FORMS if kernel == "chunked" else ("segment_sums",):
+        res = _baseline.run(kernel, dp, SCALE, arith="float64", chunk=chunk, decay=decay)
+        assert set(res) == set(OUTPUTS)
+        for n in OUTPUTS:
+            assert res[n].shape == ref[n].shape and res[n].dtype == np.float64, (name, n)
+            assert rel_err(res[n], ref[n]) <= tol("delta_baseline_f64"), (name, decay, n)
+
+
+@pytest.mark.parametrize("gate", ("scalar", "vector"))
+@pytest.mark.parametrize("kernel,chunk", REFS, ids=[f"{k}{c}" for k, c in REFS])
+def test_float32_makes_float32_errors(kernel, chunk, gate):
+    dp = _rounded(regimes.make_inputs("standard", DIMS, 4, gate=gate))
+    ref = _oracle(dp)
+    res = _baseline.run(kernel, dp, SCALE, arith="float32", chunk=chunk)
+    for n in OUTPUTS:
+        e = rel_err(res[n], ref[n])
+        assert tol("arith_separator_f32_f64") < e <= tol("delta_baseline_f32_standard"), (n, e)
+    # bfloat16 operands: bfloat16's errors, not float32's
+    res = _baseline.run(kernel, dp, SCALE, arith="float32", operand="bfloat16", chunk=chunk)
+    for n in OUTPUTS:
+        assert rel_err(res[n], ref[n]) > tol("arith_separator_tf32_f32"), n
+
+
+def _bytes(res):
+    return {n: res[n].tobytes() for n in res}
+
+
+@pytest.mark.parametrize("kernel,chunk", REFS, ids=[f"{k}{c}" for k, c in REFS])
+def test_same_bytes_twice_and_on_one_or_two_threads(kernel, chunk):
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("Numba has one thread here")
+    dp = regimes.make_inputs("standard", Dims(B=2, G=1, H=2, T=40, dk=8, dv=4), 5,
+                             gate="vector")
+    before = numba.get_num_threads()
+    runs = []
+    try:
+        for n_threads in (1, 2, 2):
+            numba.set_num_threads(n_threads)
+            runs.append(_bytes(_baseline.run(kernel, dp, SCALE, chunk=chunk)))
+    finally:
+        numba.set_num_threads(before)
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_empty_sequence_hands_h0_through():
+    dp = regimes.make_inputs("standard", dataclasses.replace(DIMS, T=0), 0)
+    for kernel, chunk in REFS:
+        res = _baseline.run(kernel, dp, SCALE, chunk=chunk)
+        np.testing.assert_array_equal(res["h_T"], dp.p.h0.astype(np.float32))
+        np.testing.assert_array_equal(res["h0"], dp.p.dh_T.astype(np.float32))
+        assert res["o"].shape == (1, 4, 0, 6) and res["beta"].shape == (1, 4, 0)
+
+
+@pytest.mark.parametrize("kw,arg", [
+    ({"kernel": "chunk"}, "kernel"), ({"arith": "float16"}, "arith"),
+    ({"operand": "fp8"}, "operand"), ({"decay": "cumsum"}, "decay"), ({"chunk": 0}, "chunk"),
+    ({"storage": "bfloat16"}, "storage"), ({"order": "lanes"}, "order"),
+])
+def test_bad_arguments_name_themselves(kw, arg):
+    dp = regimes.make_inputs("standard", dataclasses.replace(DIMS, T=3), 0)
+    kernel = kw.pop("kernel", "scan")
+    with pytest.raises(ValueError, match=arg):
+        _baseline.run(kernel, dp, SCALE, **kw)
+
+
+def test_gradients_need_do():
+    dp = regimes.make_inputs("standard", dataclasses.replace(DIMS, T=3), 0)
+    dp = dp._replace(p=dp.p._replace(do=None))
+    with pytest.raises(ValueError, match="do"):
+        _baseline.run("scan", dp, SCALE)
+    assert set(_baseline.run("scan", dp, SCALE, grads=False)) == {"o", "h_T"}
+
+
+@pytest.mark.parametrize("chunk_size,decay_form", [
+    (1, None), (16, None), (64, "segment_sums"), (64, "chunk_cumsum"), (None, None)])
+def test_every_design_of_the_yardstick_runs(chunk_size, decay_form):
+    """Each role a claim calls for runs through ``run`` as the engine calls it, the held-to role
+    is among the designs, and a chunked claim's designs are chunked at its own chunk size."""
+    stick = _designs.yardstick(chunk_size, decay_form)
+    assert stick.held_to in stick.designs
+    assert set(stick.extremes) | set(stick.field) <= set(stick.designs)
+    dp = regimes.make_inputs("standard", dataclasses.replace(DIMS, T=20), 0)
+    for role, d in stick.designs.items():
+        if chunk_size not in (None, 1):
+            assert d.kernel == "chunked" and d.chunk == chunk_size, role
+        res = _baseline.run(d.kernel, dp, SCALE, chunk=d.chunk or _baseline.CHUNK,
+                            decay=d.decay, order=d.order)
+        assert set(res) == set(OUTPUTS)
+    if chunk_size == 1:
+        assert stick.designs[stick.held_to].kernel == "scan"
+    if chunk_size is None:
+        assert stick.designs[stick.held_to].chunk == _baseline.CHUNK
+        assert [stick.designs[r].kernel for r in stick.extremes] == ["scan"]
