@@ -24,11 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import delta_mutants as dm  # noqa: E402
 
 SMALL = "1,1,2,16,8"                   # B, G, H, dk, dv: two heads sharing q, k (G < H)
+# T = 40 in the default suite: not a multiple of any chunk, so the last chunk is partial
 REGIMES = ",".join(AUDIT_REGIMES)
 FAST = dict(modes="fwd_bwd", repeats=0, recurrence="delta", regimes=REGIMES)
 
 
-def _audit(kernel, seqs=(70,), configs=SMALL, **over):
+def _audit(kernel, seqs=(40,), configs=SMALL, **over):
     return glaref.audit([kernel], configs, list(seqs), **{**FAST, **over})
 
 
@@ -56,14 +57,16 @@ def test_a_correct_kernel_passes_every_default_regime(name):
         assert r["recurrence"] == "delta" and r["budget_bound"]["beta"] == float("inf")
 
 
+@pytest.mark.slow
 def test_the_built_in_kernels_pass_in_both_modes_and_a_declared_chunk_of_128():
     recs = glaref.audit(["chunked", "scan"], SMALL, [70], recurrence="delta", repeats=0,
-                        regimes="standard")
+                        regimes="standard")            # 70: a partial second chunk
     assert [(r["impl"], r["mode"], r["ok"]) for r in recs] == [
         ("chunked", "fwd", True), ("scan", "fwd", True), ("chunked", "fwd_bwd", True),
         ("scan", "fwd_bwd", True)]
     assert {r["impl"]: r["chunk_size"] for r in recs} == {"chunked": 64, "scan": 1}
-    assert all(r["ok"] for r in _audit(dm.chunked_at(128), seqs=(200,), chunk_size=128))
+    assert all(r["ok"] for r in _audit(dm.chunked_at(128), seqs=(130,), chunk_size=128,
+                                       regimes="standard"))
 
 
 def test_bfloat16_inputs_accumulating_in_float32_pass():
@@ -87,18 +90,15 @@ CAUGHT = {
 def test_every_mutant_fails_in_a_default_regime(name):
     failing = _failing(_audit(dm.MUTANTS[name]))
     assert CAUGHT[name] in failing, sorted(failing)
-
-
-def test_dbeta_without_h0_fails_beta_alone():
-    failing = _failing(_audit(dm.MUTANTS["dbeta_without_h0"], regimes="standard"))
-    assert failing == {("standard", "beta")}
+    if name == "dbeta_without_h0":            # exact everywhere else
+        assert {n for _, n in failing} == {"beta"}, sorted(failing)
 
 
 def test_check_kernel_takes_the_family_and_raises_naming_the_output():
     recs = check_kernel(dm.ZOO["scan"], framework="jax", recurrence="delta", configs=SMALL,
                         seqs=[33])
     assert {r["regime"] for r in recs} == set(AUDIT_REGIMES) and all(r["ok"] for r in recs)
-    with pytest.raises(AssertionError, match="beta"):
+    with pytest.raises(AssertionError, match=r"beta \(gradient\): calibrated tier: [\d.e+]+x"):
         check_kernel(dm.MUTANTS["dbeta_without_h0"], framework="jax", recurrence="delta",
                      configs=SMALL, seqs=[33], regimes="standard")
     with pytest.raises(glaref.AuditUsageError, match="JAX kernels only"):
@@ -116,7 +116,9 @@ def test_cli_audits_the_family_end_to_end(capsys, tmp_path):
     assert " beta " in text.splitlines()[0] and "OK" in text
     report = json.loads(out.read_text())
     assert report["config"]["recurrence"] == "delta"
-    assert len(report["results"]) == 8 and all(r["ok"] for r in report["results"])
+    recs = report["results"]
+    assert len(recs) == 8 and all(r["ok"] for r in recs)
+    assert {r["impl"]: r["chunk_size"] for r in recs} == {"chunked": 64, "scan": 1}
 
 
 def test_cli_names_the_flag_of_an_unknown_recurrence(capsys):

@@ -275,12 +275,13 @@ def locate_nonfinite(per: dict[str, _verdict.Assessment], canonical: dict[str, n
 def mismatches(truth: Truth, per: dict[str, _verdict.Assessment],
                canonical: dict[str, np.ndarray], *, final: bool, grads: bool, claims: Claims,
                layout: str) -> dict[str, Mismatch]:
-    """``glaref._judge.Mismatch`` of every failing output: with no finite proven bound only
-    non-finite elements are beyond it; the worst element error (budget units) and its index."""
+    """``glaref._judge.Mismatch`` of every output with non-finite elements, the only ones beyond
+    this family's proven bound (infinite), with the worst element error (budget units) and its
+    index; an output failing the calibrated tier alone has none (its message gives the ratio)."""
     scales = truth.scales(final, grads)
     out = {}
     for name, a in per.items():
-        if a.ok:
+        if not a.nonfinite:
             continue
         el = _metrics.element_ulps(_FLOOR_AS.get(name, name), canonical[name],
                                    truth.reference(name, final), scales[name], _unit(claims),
