@@ -24,10 +24,17 @@ import numpy as np
 from ._errors import ClaimError, GlarefError
 from ._inputs import DTYPES, GRADS, check_layout, whole_number
 from ._verdict import COMPUTE_DTYPES, DLOG_ALPHA_FORMS
+from .delta._oracle import GRADS as DELTA_GRADS
 from .regimes import GATES
 from .tolerances import UNIT_ROUNDOFF
 
-__all__ = ["DECAY_FORMS", "DEFAULT_ACCUMULATE", "Claims", "dtype_name", "parse"]
+__all__ = ["DECAY_FORMS", "DEFAULT_ACCUMULATE", "RECURRENCES", "Claims", "dtype_name", "parse"]
+
+# The recurrences a kernel may compute, each with the gradients it can provide (the arrays it
+# takes): gated linear attention with a scalar or vector gate (glaref's first family, the
+# default) and the gated delta rule (glaref.delta). The audit's families (``glaref._audit._args
+# .FAMILIES``) are keyed by these names.
+RECURRENCES: dict[str, tuple[str, ...]] = {"scalar_gate": GRADS, "delta": DELTA_GRADS}
 
 # How a kernel forms the decay exp(b_i - b_j) between positions of a chunk: from differences of
 # exact segment sums of log_alpha (glaref's kernels), or of a float cumulative sum of log_alpha
@@ -54,8 +61,11 @@ class Claims:
     do). operand_dtype: the format it rounds its matmul operands to beyond ``dtype``.
     chunk_size: its chunk length (1: step by step). dlog_alpha_form: ``DLOG_ALPHA_FORMS``.
     decay_form: ``DECAY_FORMS``. gate: "scalar" or "vector". grads: the gradients it provides
-    (None: all of ``GRADS``; a kernel with a constant decay per head has no log_alpha gradient).
-    strict: a correct design less accurate than the most accurate one fails.
+    (None: all of its recurrence's; a kernel with a constant decay per head has no log_alpha
+    gradient). strict: a correct design less accurate than the most accurate one fails.
+    recurrence: what it computes (``RECURRENCES``): "scalar_gate" (gated linear attention,
+    ``kernel(q, k, v, log_alpha, h0)``) or "delta" (the gated delta rule,
+    ``kernel(q, k, v, beta, log_alpha, h0)``).
     """
 
     layout: str = "bhtd"
@@ -69,6 +79,7 @@ class Claims:
     gate: str = "scalar"
     grads: tuple[str, ...] | None = None
     strict: bool = False
+    recurrence: str = "scalar_gate"
 
     def resolved(self, compute_dtype: str) -> Claims:
         """These claims as judged at ``compute_dtype`` (the face knows it: for JAX kernels it
@@ -88,7 +99,8 @@ class Claims:
 
     def judged(self, name: str) -> bool:
         """Whether output or gradient ``name`` is one the kernel claims to provide."""
-        return self.grads is None or name not in GRADS or name in self.grads
+        return self.grads is None or name not in RECURRENCES[self.recurrence] or \
+            name in self.grads
 
 
 def dtype_name(x: Any, argument: str, allowed: tuple[str, ...] = COMPUTE_DTYPES) -> str:
@@ -125,7 +137,7 @@ def _choice(argument: str, x: Any, allowed: tuple[str, ...], unknown: bool = Tru
     raise ClaimError(argument, f"got {x!r}, expected {expected}")
 
 
-def _grads(x: Any) -> tuple[str, ...] | None:
+def _grads(x: Any, known: tuple[str, ...]) -> tuple[str, ...] | None:
     if x is None:
         return None
     items = [p.strip() for p in x.split(",") if p.strip()] if isinstance(x, str) else x
@@ -133,15 +145,15 @@ def _grads(x: Any) -> tuple[str, ...] | None:
         names = tuple(items)
     except TypeError:
         names = ()
-    if not names or any(n not in GRADS for n in names):
-        raise ClaimError("grads", f"got {x!r}, expected None (all) or some of {GRADS}")
-    return tuple(n for n in GRADS if n in names)
+    if not names or any(n not in known for n in names):
+        raise ClaimError("grads", f"got {x!r}, expected None (all) or some of {known}")
+    return tuple(n for n in known if n in names)
 
 
 def parse(*, layout: Any = "bhtd", dtype: Any = "float32", compute_dtype: Any = None,
           accumulate_dtype: Any = None, operand_dtype: Any = None, chunk_size: Any = None,
           dlog_alpha_form: Any = None, decay_form: Any = None, gate: Any = "scalar",
-          grads: Any = None, strict: Any = False) -> Claims:
+          grads: Any = None, strict: Any = False, recurrence: Any = "scalar_gate") -> Claims:
     """The one check of a kernel's claims (arguments as :class:`Claims`'s fields, in any of the
     spellings users write). Returns Claims.
 
@@ -169,6 +181,7 @@ def parse(*, layout: Any = "bhtd", dtype: Any = "float32", compute_dtype: Any = 
     form = _choice("dlog_alpha_form", dlog_alpha_form, DLOG_ALPHA_FORMS)
     decay = _choice("decay_form", decay_form, DECAY_FORMS)
     gate = _choice("gate", gate, GATES, unknown=False)
+    recurrence = _choice("recurrence", recurrence, tuple(RECURRENCES), unknown=False)
     if not isinstance(strict, (bool, np.bool_)):
         raise ClaimError("strict", f"got {strict!r} ({type(strict).__name__}), expected True or "
                          "False")
@@ -179,5 +192,5 @@ def parse(*, layout: Any = "bhtd", dtype: Any = "float32", compute_dtype: Any = 
                 raise ClaimError(argument, f"got {what!r} with chunk_size 1, expected "
                                  f"{'direct' if what == 'identity' else 'segment_sums'} or None: "
                                  "a step-by-step kernel has no chunks to form it over")
-    return Claims(layout, dtype, cdtype, acc, operand, chunk, form, decay, gate, _grads(grads),
-                  bool(strict))
+    return Claims(layout, dtype, cdtype, acc, operand, chunk, form, decay, gate,
+                  _grads(grads, RECURRENCES[recurrence]), bool(strict), recurrence)

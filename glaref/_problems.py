@@ -62,15 +62,17 @@ def round_problem(p: Problem, dtype: str) -> Problem:
 
 
 def plan(regimes: Iterable[str], configs: dict[str, tuple[int, ...]],
-         seqs: Iterable[int]) -> list[tuple[str, str, Dims]]:
+         seqs: Iterable[int], table=None) -> list[tuple[str, str, Dims]]:
     """The rows to run: (regime, config name, sizes) for every regime, config and sequence
-    length, with the sizes each regime derives from them (``Regime.cases``), in that order."""
+    length, with the sizes each regime derives from them (``Regime.cases``), in that order.
+    table: {name: regime} of the recurrence (None: ``glaref.regimes.REGIMES``)."""
+    table = _regimes.REGIMES if table is None else table
     seqs = list(seqs)
     rows = []
     for regime in regimes:
         for cname, (B, G, H, dk, dv) in configs.items():
             for T in seqs:
-                for dims in _regimes.REGIMES[regime].cases(Dims(B, G, H, T, dk, dv)):
+                for dims in table[regime].cases(Dims(B, G, H, T, dk, dv)):
                     rows.append((regime, cname, dims))
     return rows
 

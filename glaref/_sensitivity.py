@@ -43,11 +43,14 @@ def threshold(truth: _judge.Truth, name: str, x: np.ndarray, dtype: str, kind: s
               final: bool, grads: bool, compute_dtype: str, accumulate_dtype: str | None = None,
               chunk_size: int | None = None, dlog_alpha_form: str | None = None,
               decay_form: str | None = None, rel_precision: float = 0.02,
-              level: str = "not_ok") -> dict:
+              level: str = "not_ok", assess=None) -> dict:
     """{"natural": the output's own rel_err, "eps": the smallest injected eps the verdict flags
     (to ``rel_precision``), "ratio": eps / natural, "clean": the uninjected output passes}.
     eps is inf when nothing up to 1e3 is flagged (the output is zero, say). ``level``: flagged
-    means an outcome other than ok ("not_ok": less accurate or FAIL) or a failure ("fail")."""
+    means an outcome other than ok ("not_ok": less accurate or FAIL) or a failure ("fail").
+    ``assess(truth, name, x, dtype)``: the verdict of one output for a recurrence family of its
+    own (``glaref.delta._family.assess_output`` with its claims); None: ``_judge.assess_output``
+    with the claim keywords above."""
     if level not in ("not_ok", "fail"):
         raise ValueError(f"level: got {level!r}, expected 'not_ok' or 'fail'")
     judge = dict(final=final, grads=grads, compute_dtype=compute_dtype,
@@ -57,7 +60,9 @@ def threshold(truth: _judge.Truth, name: str, x: np.ndarray, dtype: str, kind: s
     natural = rel_err(np.asarray(x, dtype=np.float64), ref)
 
     def flagged(eps: float) -> bool:
-        a = _judge.assess_output(truth, name, inject(x, eps, kind), dtype, **judge)
+        y = inject(x, eps, kind)
+        a = (_judge.assess_output(truth, name, y, dtype, **judge) if assess is None else
+             assess(truth, name, y, dtype))
         return not a.ok if level == "fail" else a.outcome != "ok"
 
     clean = not flagged(0.0)

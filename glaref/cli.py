@@ -24,8 +24,10 @@ from typing import Sequence
 
 from . import _golden_cli
 from ._audit import _merge, _report, audit
+from ._audit._args import check_preset, family
 from ._audit._args import split as _split
 from ._audit._presets import CONFIGS, PRESETS, parse_config, regime_names
+from ._claims import parse
 from ._errors import AuditEnvironmentError, AuditUsageError, GlarefError
 
 __all__ = ["PROG", "main"]
@@ -41,7 +43,7 @@ _FLAGS = {"impl": "--impl", "config": "--config", "seq": "--seq", "mode": "--mod
           "preset": "--preset", "oracle_impl": "--oracle", "json_path": "--json",
           "layout": "--layout", "scale": "--scale", "gate": "--gate",
           "cu_seqlens": "--cu-seqlens", "shard": "--shard", "decay_form": "--decay-form",
-          "strict": "--strict"}
+          "strict": "--strict", "recurrence": "--recurrence", "probes": "--probes"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,8 +60,8 @@ class _UsageExit(Exception):
 
 
 def _parser() -> _Parser:
-    p = _Parser(prog=PROG, description="Float64 ground truth and kernel audit for scalar-gated "
-                "linear attention.")
+    p = _Parser(prog=PROG, description="Float64 ground truth and kernel audit for gated linear "
+                "attention (scalar or vector gates) and the gated delta rule (--recurrence delta).")
     sub = p.add_subparsers(dest="command", metavar="command", parser_class=_Parser)
     a = sub.add_parser(
         "audit", help="audit JAX kernels against the float64 oracle",
@@ -70,6 +72,14 @@ def _parser() -> _Parser:
         "budget_ulps (error in units of the compute dtype's rounding, relative to the sum of "
         "|terms|) within the worst case of any correct kernel (proven tier). Exit 0 every row "
         "within the verdict, 1 a row failed, 2 usage error, 3 environment error.")
+    a.add_argument("--recurrence", default="scalar_gate", help="the recurrence audited: "
+                   "scalar_gate (default: gated linear attention, kernel(q, k, v, log_alpha, "
+                   "h0) -> o | (o, h_T)) or delta "
+                   "(the gated delta rule of glaref.delta, kernel(q, k, v, beta, log_alpha, h0) "
+                   "-> o | (o, h_T), beta (B, H, T); built-in kernels glaref.delta.kernels' "
+                   "chunked and scan; regimes from glaref.delta.regimes, quick: standard, "
+                   "strong_decay, converged, beta_two; calibrated tier only, its proven tier has "
+                   "no finite bound yet; no --cu-seqlens or --probes)")
     a.add_argument("--impl", help="comma-separated kernels: chunked, scan, package.module:function "
                    "or path/to/file.py:function (default: the preset's, chunked,scan)")
     a.add_argument("--layout", default="bhtd", help="layout the kernels take: bhtd or bthd "
@@ -194,8 +204,9 @@ def _audit(ns: argparse.Namespace) -> int:
 
     # The table needs column widths before the first row: resolve names cheaply here.
     try:
-        pre = PRESETS[ns.preset]
-        ns.regime = ",".join(regime_names(ns.regime, pre.regimes))
+        fam = family(parse(recurrence=ns.recurrence).recurrence)
+        pre = check_preset(ns.preset, fam)
+        ns.regime = ",".join(regime_names(ns.regime, pre.regimes, fam.all_regimes))
         names = impls if impls else list(pre.impls)
         cfg_names = []
         for c in (configs or []):
@@ -205,7 +216,8 @@ def _audit(ns: argparse.Namespace) -> int:
         _err(exc)
         return 2
     table.append(_report.Table(names, preset_names, sys.stdout, _split(ns.regime), gate=ns.gate,
-                               packed=ns.cu_seqlens is not None))
+                               packed=ns.cu_seqlens is not None,
+                               columns=fam.outputs + fam.grads))
 
     records: list = []
 
@@ -221,6 +233,7 @@ def _audit(ns: argparse.Namespace) -> int:
               accumulate_dtype=ns.accumulate_dtype, dlog_alpha_form=ns.dlog_alpha_form,
               decay_form=ns.decay_form, strict=ns.strict,
               gate=ns.gate, cu_seqlens=ns.cu_seqlens, shard=ns.shard, probes=ns.probes,
+              recurrence=ns.recurrence,
               on_record=keep, progress=progress if ns.progress else None)
     except AuditUsageError as exc:
         _err(exc)

@@ -91,7 +91,8 @@ def _framework(kernel: Any, framework: str | None) -> str:
 
 
 CLAIM_KEYWORDS = ("dtype", "layout", "compute_dtype", "accumulate_dtype", "operand_dtype",
-                  "chunk_size", "dlog_alpha_form", "decay_form", "gate", "grads", "strict")
+                  "chunk_size", "dlog_alpha_form", "decay_form", "gate", "grads", "strict",
+                  "recurrence")
 
 
 def parse_claims(claimed: dict[str, Any], function: str, **defaults: Any) -> Claims:
@@ -185,7 +186,11 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
         dlog_alpha_form ("identity", the reverse cumsum of q.dq - k.dk of flash-linear-attention's
         chunk kernels, or "direct", a scan or autodiff; None, unknown, judges it as the identity,
         which errs up to ~40x more under strong decay), decay_form, gate ("scalar" or "vector":
-        GLA's per-key-dimension log_alpha (B, H, T, dk)), grads (the gradients it provides), and
+        GLA's per-key-dimension log_alpha (B, H, T, dk)), grads (the gradients it provides),
+        recurrence ("scalar_gate", the default, or "delta": the gated delta rule of
+        ``glaref.delta``, a JAX kernel ``(q, k, v, beta, log_alpha, h0) -> o | (o, h_T)``
+        judged on its family's regimes, default standard, strong_decay, converged and
+        beta_two, by the calibrated tier alone), and
         for torch and NumPy kernels compute_dtype (default ``dtype``; "tf32" for float32 matmuls
         run as TF32, e.g. a Triton ``tl.dot``) and operand_dtype (the format it rounds its matmul
         operands to beyond ``dtype``, e.g. "bfloat16" for FLA's bfloat16 Triton kernels).
@@ -211,8 +216,11 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
     backend, precision = claims.pop("backend", None), claims.pop("precision", "default")
     try:
         parsed = parse_claims(claims, "check_kernel")
-        rows = _args.rows(_CHECK, configs=configs, seqs=seqs, modes=modes,
-                          regimes=regimes, seed=seed, scale=scale, cu_seqlens=cu_seqlens)
+        fam = _args.family(parsed.recurrence)
+        # the family's own default regimes (the quick preset's: for the scalar gate CHECK_REGIMES)
+        pre = replace(_CHECK, regimes=fam.presets["quick"].regimes)
+        rows = _args.rows(pre, configs=configs, seqs=seqs, modes=modes, regimes=regimes,
+                          seed=seed, scale=scale, cu_seqlens=cu_seqlens, fam=fam)
         records = _run_check(kernel, framework, rows, parsed, backend=backend,
                              precision=precision, device=device, probes=probes)
     except ClaimError as exc:

@@ -7,6 +7,7 @@ how they are measured (preset, repeats, precision, oracle) and what :func:`heade
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
@@ -17,9 +18,16 @@ from .. import regimes as _regimes
 from .._errors import AuditUsageError, GlarefError
 from .._inputs import Dims, check_cu_seqlens, check_scale, whole_number
 from ._family import SCALAR_GATE, Family
-from ._presets import MODES, PRESETS, Preset, check_config, config_name, parse_config, regime_names
+from ._presets import MODES, Preset, check_config, config_name, parse_config, regime_names
 
-__all__ = ["Rows", "check_preset", "choices", "default_oracle", "integer", "rows", "split"]
+__all__ = ["FAMILIES", "Rows", "check_preset", "choices", "default_oracle", "family", "integer",
+           "rows", "split"]
+
+# the family of each recurrence a kernel may claim (``glaref._claims.RECURRENCES``), a
+# ``Family`` value in its own folder ("module:attribute"), loaded when named: a family's module
+# plugs into the engine, which never imports it
+FAMILIES: dict[str, str] = {"scalar_gate": "glaref._audit._family:SCALAR_GATE",
+                            "delta": "glaref.delta._family:DELTA"}
 
 RANDOM_PACKING = "random:"
 ORACLES = ("numba", "numpy")
@@ -73,10 +81,18 @@ def choices(name: str, values, allowed: Iterable[str]) -> list[str]:
     return vals
 
 
-def check_preset(preset) -> Preset:
-    if not isinstance(preset, str) or preset not in PRESETS:
-        raise AuditUsageError(f"preset: got {preset!r}, expected one of {sorted(PRESETS)}", argument="preset")
-    return PRESETS[preset]
+def family(recurrence: str) -> Family:
+    """The family of ``recurrence``, a name the claims checked (``glaref._claims.parse``)."""
+    module, _, attribute = FAMILIES[recurrence].partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def check_preset(preset, fam: Family = SCALAR_GATE) -> Preset:
+    """The preset ``preset`` of the recurrence family ``fam``."""
+    if not isinstance(preset, str) or preset not in fam.presets:
+        raise AuditUsageError(f"preset: got {preset!r}, expected one of {sorted(fam.presets)}",
+                              argument="preset")
+    return fam.presets[preset]
 
 
 def _configs(configs, preset_configs) -> dict[str, tuple[int, ...]]:
@@ -192,7 +208,7 @@ class Rows:
     def plan(self) -> list[tuple[str, str, Dims]]:
         """(regime, config name, sizes) of every problem (``glaref._problems.plan``); packed
         sequences are the batch, so B = 1."""
-        out = _problems.plan(self.regimes, self.configs, self.seqs)
+        out = _problems.plan(self.regimes, self.configs, self.seqs, self.family.regimes)
         if self.packing is not None:
             out = [(regime, cname, replace(dims, B=1)) for regime, cname, dims in out]
         if self.shard is not None:       # every N-th problem from the I-th: deterministic
@@ -217,10 +233,12 @@ def parse_shard(shard) -> tuple[int, int] | None:
 
 
 def rows(pre: Preset, *, configs=None, seqs=None, modes=None, regimes=None, seed=0,
-         scale=1.0, cu_seqlens=None, oracle_impl=None, shard=None) -> Rows:
+         scale=1.0, cu_seqlens=None, oracle_impl=None, shard=None,
+         fam: Family = SCALAR_GATE) -> Rows:
     """The rows' arguments checked (AuditUsageError naming the bad one, what it got and what was
     expected), defaults from the preset ``pre`` (regimes: its own for None; "all" every regime but
-    the slow ones). Explicit ``cu_seqlens`` offsets fix T, so
+    the slow ones), problems of the recurrence family ``fam`` (``family``). Explicit
+    ``cu_seqlens`` offsets fix T, so
     ``seqs`` may only repeat it (None: it becomes [T]) and no regime may set its own T."""
     cfgs = _configs(configs, pre.configs)
     seq_list = _seqs(seqs, pre.seqs)
@@ -230,10 +248,14 @@ def rows(pre: Preset, *, configs=None, seqs=None, modes=None, regimes=None, seed
     except GlarefError as exc:
         raise AuditUsageError(str(exc), exc.argument) from None
     seed = integer("seed", seed, 0)
-    regime_list = choices("regime", regime_names(regimes, pre.regimes), _regimes.REGIMES)
+    regime_list = choices("regime", regime_names(regimes, pre.regimes, fam.all_regimes),
+                          fam.regimes)
     oracle = oracle_impl or default_oracle()
     choices("oracle_impl", oracle, ORACLES)
     packing = _packing(cu_seqlens)
+    if packing is not None and not fam.packed:
+        raise AuditUsageError(f"cu_seqlens: got {cu_seqlens!r}, but packed sequences are not "
+                              f"audited for the {fam.name} recurrence; expected None")
     if isinstance(packing, np.ndarray):
         T_cu = int(packing[-1])
         if seqs is None:
@@ -243,9 +265,9 @@ def rows(pre: Preset, *, configs=None, seqs=None, modes=None, regimes=None, seed
                                   f"cu_seqlens {packing.tolist()} fixes (or cu_seqlens='random:N')",
                                   argument="seq")
         for regime in regime_list:
-            if any(d.T != T_cu for d in _regimes.REGIMES[regime].cases(Dims(1, 1, 1, T_cu, 1, 1))):
+            if any(d.T != T_cu for d in fam.regimes[regime].cases(Dims(1, 1, 1, T_cu, 1, 1))):
                 raise AuditUsageError(f"regime: got {regime!r}, which sets its own T; explicit "
                                       f"cu_seqlens fix T = {T_cu} (use cu_seqlens='random:N')",
                                       argument="regime")
     return Rows(cfgs, seq_list, mode_list, regime_list, seed, scale, packing, oracle,
-                parse_shard(shard))
+                parse_shard(shard), fam)

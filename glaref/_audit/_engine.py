@@ -34,6 +34,7 @@ from .._claims import Claims
 from .._errors import AuditUsageError, NonFiniteError
 from .._inputs import Dims
 from . import _args, _device, _records, _report
+from ._family import SCALAR_GATE, Family
 from ._presets import BUILTIN_IMPLS
 from ._runners import FrameworkRunner, JaxRunner
 from ._subjects import Subject, framework_subject, resolve
@@ -140,9 +141,9 @@ def _problem_rows(a: _Audit, sink: _Sink, regime: str, cname: str, dims: Dims) -
     family = a.rows.family
     problem = family.make_problem(regime, dims, a.rows.seed, a.claims.dtype, gate=a.claims.gate,
                                   cu_seqlens=a.rows.offsets(dims.T))
-    kind = "" if a.claims.gate == "scalar" else f", {a.claims.gate} gates"
-    kind += "" if a.rows.packing is None else f", {problem.n_states} packed sequences"
     truth = family.truth(problem, a.rows.scale, a.rows.oracle)
+    kind = "" if a.claims.gate == "scalar" else f", {a.claims.gate} gates"
+    kind += "" if a.rows.packing is None else f", {truth.p.n_states} packed sequences"
     try:
         truth.forward()
         prepared = a.runner.prepare(problem)
@@ -205,7 +206,7 @@ def _check_user_claims(impl_list: list, chunk_size, accumulate_dtype, dlog_alpha
 # audit's keywords beyond its named parameters: the kernels' claims (glaref._claims.parse), and
 # how the rows are run, with their defaults
 CLAIMS = ("dtype", "layout", "chunk_size", "accumulate_dtype", "dlog_alpha_form", "decay_form",
-          "gate", "strict")
+          "gate", "strict", "recurrence")
 RUN_DEFAULTS = {"precision": "default", "backend": None, "repeats": None, "scale": 1.0,
                 "oracle_impl": None, "cu_seqlens": None, "memory_guard": True, "shard": None,
                 "probes": None}
@@ -222,6 +223,12 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     (``RUN_DEFAULTS``: precision, backend, repeats, scale, oracle_impl, cu_seqlens, memory_guard,
     shard, probes); any other keyword is a TypeError naming it.
 
+    recurrence (a claim): the recurrence the kernels compute (``glaref._claims.RECURRENCES``,
+        its family ``_args.FAMILIES``): "scalar_gate" (the default), gated
+        linear attention; "delta", the gated delta rule of ``glaref.delta``, whose kernels are
+        ``(q, k, v, beta, log_alpha, h0) -> o | (o, h_T)`` (beta (B, H, T)), its built-in
+        kernels, presets and regimes (``glaref.delta._family``) and verdict (calibrated tier
+        only: its proven tier has no finite bound yet). No packed sequences or probes there.
     impls: built-in names ("chunked", "scan"), "package.module:function",
         "path/to/file.py:function" or callables ``(q, k, v, log_alpha, h0) -> o | (o, h_T)``.
     configs: preset names, "B,G,H,dk,dv" strings or {name: (B, G, H, dk, dv)}.
@@ -277,17 +284,18 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
         raise TypeError(f"audit() got unexpected keyword argument(s) {unknown}, expected claims "
                         f"{CLAIMS} or options {tuple(RUN_DEFAULTS)}")
     run = {**RUN_DEFAULTS, **{k: v for k, v in options.items() if k in RUN_DEFAULTS}}
-    pre = _args.check_preset(preset)
-    impl_list = _args.split(impls) if impls is not None else list(pre.impls)
     claims = _claims.parse(**{k: v for k, v in options.items() if k in CLAIMS})
+    fam = _args.family(claims.recurrence)
+    pre = _args.check_preset(preset, fam)
+    impl_list = _args.split(impls) if impls is not None else list(pre.impls)
     rows = _args.rows(pre, configs=configs, seqs=seqs, modes=modes, regimes=regimes, seed=seed,
                       scale=run["scale"], cu_seqlens=run["cu_seqlens"],
-                      oracle_impl=run["oracle_impl"], shard=run["shard"])
+                      oracle_impl=run["oracle_impl"], shard=run["shard"], fam=fam)
     reps = pre.repeats if run["repeats"] is None else _args.integer("repeats", run["repeats"], 0)
     if json_path is not None:
         json_path = _report.check_output(json_path, "json_path")
     how = JaxOptions(preset, run["precision"], run["backend"], reps, json_path, on_record,
-                     progress, run["memory_guard"], check_probes(run["probes"]))
+                     progress, run["memory_guard"], check_probes(run["probes"], fam))
     return [r.to_json() for r in audit_jax(impl_list, rows, claims, how)]
 
 
@@ -312,10 +320,15 @@ class JaxOptions:
                                   "as 'cpu' or 'gpu', or None", argument="backend")
 
 
-def check_probes(probes) -> tuple[str, ...]:
-    """``probes`` as the audit takes it (None/False, True/"all", or names), checked."""
+def check_probes(probes, fam: Family = SCALAR_GATE) -> tuple[str, ...]:
+    """``probes`` as the audit takes it (None/False, True/"all", or names), checked; refused
+    for a recurrence family the probes do not apply to."""
     if probes is None or probes is False:
         return ()
+    if not fam.probes:
+        raise AuditUsageError(f"probes: got {probes!r}, but the probes apply to the scalar-gate "
+                              f"recurrence only, not {fam.name!r}; expected None",
+                              argument="probes")
     if probes is True or probes == "all":
         return _probes.PROBES
     return tuple(_args.choices("probes", probes, _probes.PROBES))
@@ -335,10 +348,11 @@ def audit_jax(impls: list, rows: _args.Rows, claims: Claims,
     x64 = _device.x64_scope() if claims.dtype == "float64" else contextlib.nullcontext()
     with x64, jax.default_device(device):
         subjects = [resolve(i, claims=claims, compute_dtype=cdtype, precision=how.precision,
-                            scale=rows.scale, packed=rows.packing is not None) for i in impls]
+                            scale=rows.scale, packed=rows.packing is not None,
+                            family=rows.family) for i in impls]
         runner = JaxRunner(device=device, dtype=claims.dtype, precision=how.precision,
                            layout=claims.layout, repeats=how.repeats,
-                           memory_guard=how.memory_guard)
+                           memory_guard=how.memory_guard, family=rows.family)
         header = {"device": _device.device_info(device, how.precision),
                   "config": _records.header(device.platform, preset=how.preset, rows=rows,
                                             impls=[s.name for s in subjects], repeats=how.repeats,
@@ -373,6 +387,10 @@ def audit_kernel(kernel: Callable, rows: _args.Rows, claims: Claims, *, framewor
     A kernel that raises, or returns the wrong structure, is a failed row. Rows whose oracle side
     would not fit in the host's memory are skipped (``ok`` null) unless ``memory_guard`` is False.
     """
+    if not rows.family.frameworks_too:
+        raise AuditUsageError(f"framework: got {framework!r}, but {rows.family.name!r} kernels "
+                              "are audited as JAX kernels only; expected 'jax'",
+                              argument="framework")
     if framework == "numpy":     # forward only: one "fwd" row where fwd_bwd was asked for
         rows = rows.only_forward()
     subject = framework_subject(kernel, claims, packed=rows.packing is not None)
@@ -380,5 +398,6 @@ def audit_kernel(kernel: Callable, rows: _args.Rows, claims: Claims, *, framewor
                              scale=rows.scale, device=device, detected=detected,
                              operand_dtype=claims.operand_dtype)
     host = _device.host_available_bytes() if memory_guard else None
-    return run_rows(_Audit(runner, [subject], rows, claims, host, check_probes(probes)),
+    return run_rows(_Audit(runner, [subject], rows, claims, host,
+                           check_probes(probes, rows.family)),
                     _Sink(0, None, None, None))

@@ -8,39 +8,69 @@ and, with the oracle, the reference kernels a claim calls for.
 :data:`SCALAR_GATE` is gated linear attention with a scalar (or per-key-dimension) gate, the
 family every audit runs today.
 
-A second family (the gated delta rule of ``glaref.delta``, say) is a second ``Family`` value: its
-oracle module, regimes, problem maker and reference kernels. What still assumes the scalar-gate
-family's arrays: ``glaref._inputs.Problem`` (the fields q, k, v, log_alpha, h0, do, dh_T), which
-``truth`` and the runners take, and the proven bound of ``glaref._verdict``.
+A second family is a second ``Family`` value beside its oracle: the gated delta rule's is
+``glaref.delta._family.DELTA``. The engine reaches a problem's arrays only through ``fields``
+(name -> canonical array) and judges through the family's :class:`Judge` (its verdict, where
+the error is, the message figures), so nothing in the engine, the runners or the records names a
+family. ``FAMILIES`` (``_args``) lists them for ``--recurrence`` and ``recurrence=``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import inspect
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .. import _judge, _probes, _problems, regimes
-from .._inputs import _KIND, ARRAYS, FORWARD, GRADS
+from .. import _judge, _probes, _problems, _where, regimes
+from .._claims import Claims
+from .._inputs import _KIND, ARRAYS, FORWARD, GRADS, Problem
 from .._oracle import backend
+from ._presets import ALL_REGIMES, PRESETS, Preset
 
-__all__ = ["SCALAR_GATE", "Family"]
+__all__ = ["SCALAR_GATE", "Family", "Judge"]
+
+
+@dataclass(frozen=True)
+class Judge:
+    """How a family's outputs are judged, as ``glaref._judge`` does it for the scalar gate:
+    assess_outputs(truth, values, dtypes, final=, grads=, claims=) -> {output: Assessment};
+    locate_nonfinite(per, values, layout); mismatches(truth, per, values, final=, grads=,
+    claims=, layout=) -> {output: Mismatch}; row_profiles (``glaref._where.row_profiles``, or
+    None: no error profile, the records' ``where`` empty); direct_log_alpha: the records carry
+    dlog_alpha's budget_ulps on the direct form's scale beside the identity's."""
+
+    assess_outputs: Callable[..., dict]
+    locate_nonfinite: Callable[..., None]
+    mismatches: Callable[..., dict]
+    row_profiles: Callable[..., dict] | None
+    direct_log_alpha: bool
 
 
 @dataclass(frozen=True)
 class Family:
     """One recurrence as the audit sees it.
 
-    name: how reports name it. inputs: the arrays a kernel takes, in order; outputs: what it
-    returns (the first always, the rest when it returns its final state); grads: the gradients,
-    named by their inputs; arrays: every array of a problem (inputs and cotangents); kinds: each
-    array's layout kind (``glaref._inputs.to_canonical``). regimes: {name: regime} drawing inputs.
-    make_problem(regime, dims, seed, dtype, gate=, cu_seqlens=): one problem, rounded to dtype.
-    truth(problem, scale, oracle_impl): the oracle's side of a problem (``_judge.Truth``).
-    truth also runs the family's reference kernels, those its claims call for (for this family
-    the table of ``glaref._designs``). warm(oracle_impl, gate, packed): compile (or load) the
-    oracle before any timing.
+    name: how reports name it (``--recurrence``). inputs: the arrays a kernel takes, in order;
+    outputs: what it returns (the first always, the rest when it returns its final state); grads:
+    the gradients, named by their inputs; arrays: every array of a problem (inputs and
+    cotangents); kinds: each array's and output's layout kind (``glaref._inputs.to_canonical``).
+    regimes: {name: regime} drawing inputs (each with ``cases(dims)``), all_regimes those
+    "all" expands to. make_problem(regime, dims, seed, dtype, gate=, cu_seqlens=): one problem,
+    rounded to dtype; fields(problem): its arrays by name (every name of ``arrays``, None where
+    absent). truth(problem, scale, oracle_impl): the oracle's side of a problem (the interface of
+    ``_judge.Truth``: forward, grads, scales, references, reference, budget_view, ms, and ``p``,
+    the problem's ``glaref._inputs.Problem`` for its dims, offsets and states); truth also runs
+    the family's reference kernels, those its claims call for. judge: how outputs are judged
+    (:class:`Judge`). warm(oracle_impl, gate, packed): compile (or load) the oracle before any
+    timing. kernels: the module of the built-in JAX kernels (imported on first use: jax);
+    builtin_claims(module, name, claims): a built-in kernel's own claims. presets: {name:
+    Preset}. packed: packed sequences are audited; probes: ``glaref._probes`` applies;
+    frameworks_too: torch and NumPy kernels are audited too (``glaref._frameworks``), not JAX
+    kernels alone.
+    header: keys the report's config and every record carry for this family (none for the
+    scalar gate, whose reports predate the option).
 
     For the probes (``glaref._probes``, which read the names and kinds above too): causal, the
     outputs and gradients (a gradient as ``d<input>``) whose step t depends on steps s <= t only;
@@ -58,6 +88,16 @@ class Family:
     make_problem: Callable[..., Any]
     truth: Callable[..., _judge.Truth]
     warm: Callable[[str, str, bool], None]
+    fields: Callable[[Any], dict]
+    judge: Judge
+    kernels: str
+    builtin_claims: Callable[[Any, str, Claims], Claims]
+    presets: Mapping[str, Preset]
+    all_regimes: tuple[str, ...]
+    packed: bool = True
+    probes: bool = True
+    frameworks_too: bool = True
+    header: Mapping[str, str] = field(default_factory=dict)
     causal: tuple[str, ...] = ()
     anticausal: tuple[str, ...] = ()
     perturb: Callable[[str, np.ndarray, np.random.Generator], np.ndarray] | None = None
@@ -88,8 +128,25 @@ def _perturb_scalar_gate(name: str, part: np.ndarray, rng: np.random.Generator) 
     return _probes.perturb(name, part, rng)
 
 
+def _scalar_fields(p: Problem) -> dict:
+    return {n: getattr(p, n) for n in ARRAYS}
+
+
+def _scalar_builtin_claims(module, name: str, claims: Claims) -> Claims:
+    """glaref.kernels' ``name``: its chunk size (the ``chunk_size`` default; 1 for the scan),
+    float32 accumulation, segment-sum decays and its dlog_alpha form for the gate kind."""
+    chunk = inspect.signature(getattr(module, name)).parameters.get("chunk_size")
+    return claims.design(chunk_size=chunk.default if chunk is not None else 1,
+                         accumulate_dtype="float32", decay_form="segment_sums",
+                         dlog_alpha_form=module.dlog_alpha_form(name, claims.gate))
+
+
 SCALAR_GATE = Family(
     name="scalar_gate", inputs=GRADS, outputs=FORWARD, grads=GRADS, arrays=ARRAYS, kinds=_KIND,
     regimes=regimes.REGIMES, make_problem=_problems.make_problem, truth=_judge.Truth,
-    warm=_warm_scalar_gate, causal=("o", "dq"), anticausal=("dk", "dv"),
+    warm=_warm_scalar_gate, fields=_scalar_fields,
+    judge=Judge(_judge.assess_outputs, _judge.locate_nonfinite, _judge.mismatches,
+                _where.row_profiles, direct_log_alpha=True),
+    kernels="glaref.kernels", builtin_claims=_scalar_builtin_claims, presets=PRESETS,
+    all_regimes=ALL_REGIMES, causal=("o", "dq"), anticausal=("dk", "dv"),
     perturb=_perturb_scalar_gate)

@@ -77,8 +77,9 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def regime_names(regimes, default: tuple[str, ...]) -> list[str]:
-    """The regimes asked for: ``default`` for None, "all" expanded to ``ALL_REGIMES`` (alone or
+def regime_names(regimes, default: tuple[str, ...],
+                 every: tuple[str, ...] = ALL_REGIMES) -> list[str]:
+    """The regimes asked for: ``default`` for None, "all" expanded to ``every`` (alone or
     among other names, "all,long"), names otherwise as given (comma-separated or a sequence; the
     engine checks each against ``glaref.regimes.REGIMES``), in order, without repeats."""
     if regimes is None:
@@ -92,7 +93,7 @@ def regime_names(regimes, default: tuple[str, ...]) -> list[str]:
             return [regimes]
     out: list = []
     for n in names:
-        for m in (ALL_REGIMES if n == ALL else (n,)):
+        for m in (every if n == ALL else (n,)):
             if m not in out:
                 out.append(m)
     return out

@@ -316,6 +316,7 @@ def _params(c: Claims, where: Where, rows: Rows, final: bool | None, runner: dic
     out.update({k: runner[k] for k in ("framework", "forward_only") if k in runner})
     out["gate"] = c.gate
     out["cu_seqlens"] = None if cu_seqlens is None else [int(x) for x in cu_seqlens]
+    out.update(rows.family.header)         # the recurrence, for families other than the default
     return out
 
 
@@ -338,21 +339,22 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
                       traceback=None if m.declined else m.traceback)
     truth = m.truth or truth
     final, layout, grads = bool(m.final), subject.claims.layout, m.mode == "fwd_bwd"
-    per = _judge.assess_outputs(truth, m.values, m.dtypes, final=final, grads=grads,
-                                claims=subject.claims)
-    _judge.locate_nonfinite(per, m.values, layout)   # the first bad index in the caller's layout
+    judge = rows.family.judge               # the recurrence family's verdict (_family.Judge)
+    per = judge.assess_outputs(truth, m.values, m.dtypes, final=final, grads=grads,
+                               claims=subject.claims)
+    judge.locate_nonfinite(per, m.values, layout)   # the first bad index in the caller's layout
     direct = {}
-    if "log_alpha" in per:   # the direct form's budget_ulps beside the identity's
+    if judge.direct_log_alpha and "log_alpha" in per:   # the direct form's beside the identity's
         direct["log_alpha"] = _metrics.budget_ulps(
             "log_alpha", m.values["log_alpha"], truth.reference("log_alpha", final),
             truth.scales(final, True)["log_alpha"], subject.claims.compute_dtype,
             truth.budget_view()[0])[0]
     # numpy.testing's "mismatched elements: n / N" per failing output, indices in the caller's layout
-    mismatched = _judge.mismatches(truth, per, m.values, final=final, grads=grads,
-                                   claims=subject.claims, layout=layout)
+    mismatched = judge.mismatches(truth, per, m.values, final=final, grads=grads,
+                                  claims=subject.claims, layout=layout)
     # where the error is (glaref._where): every output's profile, the failing ones' in full
-    profiles = _where.row_profiles(truth, m.values, m.dtypes, final=final, grads=grads,
-                                   claims=subject.claims)
+    profiles = {} if judge.row_profiles is None else judge.row_profiles(
+        truth, m.values, m.dtypes, final=final, grads=grads, claims=subject.claims)
     failing = [n for n, a in per.items() if not a.ok]
     outputs = {n: Output.of(a, mismatch=mismatched.get(n),
                             where=profiles[n].summary(full=n in failing) if n in profiles else None)
@@ -364,7 +366,7 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
     return Record(head, params, dict(m.fields), outputs, tuple(rows.family.outputs),
                   tuple(rows.family.grads) if grads else None, tol("calibrated_ratio"), direct,
                   notes=[note for a in per.values() for note in a.notes],
-                  diagnosis=_where.diagnose(profiles, failing)[0],
+                  diagnosis=_where.diagnose(profiles, failing)[0] if profiles else None,
                   oracle_ms={k: truth.ms[k] for k in wanted if k in truth.ms})
 
 
@@ -387,4 +389,5 @@ def header(platform: str, *, preset: str, rows: Rows, impls: list[str], repeats:
             "seed": rows.seed, "regimes": rows.regimes, "oracle": rows.oracle, "preset": preset,
             "chunk_size": claims.chunk_size, "accumulate_dtype": claims.accumulate_dtype,
             "dlog_alpha_form": claims.dlog_alpha_form, "gate": claims.gate,
-            "precision": precision, "cu_seqlens": rows.cu_seqlens(), **shard}
+            "precision": precision, "cu_seqlens": rows.cu_seqlens(), **rows.family.header,
+            **shard}

@@ -23,7 +23,7 @@ import tempfile
 from typing import Any, Iterable, TextIO
 
 from .._errors import AuditEnvironmentError, AuditUsageError
-from .._inputs import FORWARD, GRADS, OUTPUTS
+from .._inputs import FORWARD, OUTPUTS
 from ..tolerances import tol
 from ._messages import extra_lines, place, verdict
 from ._presets import coverage
@@ -224,7 +224,8 @@ class Table:
 
     def __init__(self, impls: Iterable[str], configs: Iterable[str], stream: TextIO,
                  regimes: Iterable[str] | None = None, gate: str = "scalar",
-                 packed: bool = False):
+                 packed: bool = False, columns: Iterable[str] = ERR_COLUMNS):
+        self.columns = tuple(columns)      # the outputs of the recurrence family, in order
         self.w_impl = max([4] + [len(short_name(i)) for i in impls])
         self.w_cfg = max([6] + [len(c) for c in configs])
         regimes = list(regimes or [])
@@ -239,7 +240,7 @@ class Table:
         reg += f"{'N_seq':>5} " if self.packed else ""
         head = (f"{'impl':<{self.w_impl}} {'mode':<7} {reg}{'config':<{self.w_cfg}} {'T':>5} "
                 f"{'ms':>9} {'compile_s':>9} {'temp_MB':>8} {'resid_MB':>8} "
-                + " ".join(f"{c:>9}" for c in ERR_COLUMNS) + f" {'x_ref':>14} {'proven':>7}  verdict")
+                + " ".join(f"{c:>9}" for c in self.columns) + f" {'x_ref':>14} {'proven':>7}  verdict")
         self.header = head
 
     def print_header(self) -> None:
@@ -261,7 +262,7 @@ class Table:
         if r.skipped is not None:
             return lead + f"skipped: {r.skipped}"
         cols = " ".join(f"{_e(r.outputs[c].rel_err if c in r.outputs else None):>9}"
-                        for c in ERR_COLUMNS)
+                        for c in self.columns)
         used = bound_used(r)
         used_s = "-" if used is None else "nan" if math.isnan(used) else \
             "inf" if math.isinf(used) else f"{used:.2g}"
@@ -411,7 +412,8 @@ def plot(records: list[dict[str, Any]], path) -> None:
 
     rows = [r for r in records if measured(r)]
     errs = lambda r: {**r.get("rel_err_out", {}), **(r.get("rel_err_grads") or {})}  # noqa: E731
-    names = [n for n in ERR_COLUMNS if any(n in errs(r) for r in rows)]
+    # every output measured, in the order of the records (a family's own outputs, beta say)
+    names = list(dict.fromkeys(n for r in rows for n in errs(r)))
     panels = names + ["time"]
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     configs = list(dict.fromkeys(r["config"] for r in rows))
@@ -459,7 +461,7 @@ def plot(records: list[dict[str, Any]], path) -> None:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("seq")
-        grad = panel in GRADS
+        grad = panel not in FORWARD
         ax.set_title("median ms per call" if panel == "time" else
                      f"rel_err {panel} (gradient)" if grad else f"rel_err {panel}")
         ax.grid(True, which="both", alpha=0.3)

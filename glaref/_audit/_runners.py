@@ -21,17 +21,9 @@ import numpy as np
 
 from .. import _judge
 from .._frameworks import kernel_traceback, run_kernel
-from .._inputs import (
-    _KIND,
-    ARRAYS,
-    GRADS,
-    Problem,
-    from_canonical,
-    kernel_returns,
-    output_problem,
-    to_canonical,
-)
+from .._inputs import GRADS, from_canonical, kernel_returns, output_problem, to_canonical
 from . import _device, _timing
+from ._family import SCALAR_GATE, Family
 from ._subjects import Subject
 
 __all__ = ["FrameworkRunner", "JaxRunner", "Measured", "fwd_bwd_program"]
@@ -73,18 +65,20 @@ def raised(exc: BaseException) -> str:
 # ---------------------------------------------------------------- JAX
 
 def _fwd(fn: Callable) -> Callable:
-    def f(q, k, v, log_alpha, h0):
-        return fn(q, k, v, log_alpha, h0)
+    def f(*inputs):
+        return fn(*inputs)
 
     return f
 
 
-def fwd_bwd_program(fn: Callable, final: bool) -> Callable:
-    """(inputs..., do[, dh_T]) -> (outputs, grads) through jax.vjp, so a custom_vjp is what runs."""
+def fwd_bwd_program(fn: Callable, final: bool, n_inputs: int = len(GRADS)) -> Callable:
+    """(inputs..., do[, dh_T]) -> (outputs, grads) through jax.vjp, so a custom_vjp is what runs;
+    ``n_inputs``: how many arrays the kernel takes (its family's ``inputs``)."""
     import jax
 
-    def f(q, k, v, log_alpha, h0, do, *dh_T):
-        out, pullback = jax.vjp(fn, q, k, v, log_alpha, h0)
+    def f(*args):
+        inputs, (do, *dh_T) = args[:n_inputs], args[n_inputs:]
+        out, pullback = jax.vjp(fn, *inputs)
         # the cotangent takes the structure of the output ((o, h_T) as a tuple, list, ...)
         ct = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out), [do, dh_T[0]]) \
             if final else do
@@ -106,30 +100,32 @@ def _program(fn: Callable, mode: str, final: bool, outs: tuple, inputs: tuple,
     cts = [arr["do"].astype(outs[0].dtype)]
     if final:
         cts.append(arr["dh_T"].astype(outs[1].dtype))
-    return fwd_bwd_program(fn, final), inputs + tuple(cts)
+    return fwd_bwd_program(fn, final, len(inputs)), inputs + tuple(cts)
 
 
-def _returned(first, mode: str, final: bool) -> dict[str, Any]:
-    """The outputs of a program's first call by name: o[, h_T] and, for fwd_bwd, the gradients."""
+def _returned(first, mode: str, final: bool, grad_names: tuple[str, ...]) -> dict[str, Any]:
+    """The outputs of a program's first call by name: o[, h_T] and, for fwd_bwd, the gradients
+    (``grad_names``, the family's)."""
     out, grads = (first, ()) if mode == "fwd" else first
     raw = {"o": out[0] if final else out}
     if final:
         raw["h_T"] = out[1]
-    raw.update(zip(GRADS, grads))
+    raw.update(zip(grad_names, grads))
     return raw
 
 
 class JaxRunner:
-    """JAX kernels on one device: jit, jax.vjp, timing (``repeats``), XLA memory."""
+    """JAX kernels on one device: jit, jax.vjp, timing (``repeats``), XLA memory; the arrays
+    of ``family``'s problems (``Family.inputs``, ``arrays``, ``kinds``)."""
 
     def __init__(self, *, device, dtype: str, precision: str, layout: str, repeats: int,
-                 memory_guard: bool):
+                 memory_guard: bool, family: Family = SCALAR_GATE):
         import jax
 
         self.jax, self.device = jax, device
         self.dtype, self.np_dtype = dtype, jax.numpy.dtype(dtype)
         self.precision, self.layout = precision, layout
-        self.repeats, self.memory_guard = repeats, memory_guard
+        self.repeats, self.memory_guard, self.family = repeats, memory_guard, family
         self.params = {"precision": precision}     # the record keys of this runner
         # one compiled program per kernel, mode and argument shapes for the whole audit (rows
         # of other regimes and seeds reuse it); packed rows, whose offsets are baked in, never
@@ -140,11 +136,12 @@ class JaxRunner:
             return contextlib.nullcontext()
         return self.jax.default_matmul_precision(self.precision)
 
-    def prepare(self, p: Problem) -> dict[str, Any]:
+    def prepare(self, p) -> dict[str, Any]:
         """The problem in the kernel's layout and dtype, on the device (cotangents included)."""
         out = {}
-        for name in ARRAYS:
-            x = from_canonical(getattr(p, name), _KIND[name], self.layout)
+        fields, kinds = self.family.fields(p), self.family.kinds
+        for name in self.family.arrays:
+            x = from_canonical(fields[name], kinds[name], self.layout)
             out[name] = self.jax.device_put(np.asarray(x, dtype=self.np_dtype), self.device)
         return out
 
@@ -154,7 +151,8 @@ class JaxRunner:
         residuals, and its outputs; a kernel that raises or returns the wrong structure or dtype
         is a failure; one over the memory guard is declined."""
         m = Measured(mode, params=dict(self.params))
-        inputs = tuple(arr[n] for n in GRADS)
+        fam = self.family
+        inputs = tuple(arr[n] for n in fam.inputs)
         # packed sequences: the kernel receives the offsets (concrete int64) as cu_seqlens=
         cu = truth.p.cu_seqlens
         fn = subject.fn if cu is None else functools.partial(subject.fn, cu_seqlens=cu)
@@ -191,14 +189,14 @@ class JaxRunner:
         except (Exception, SystemExit) as exc:  # the kernel raised: a failed row; the audit goes on
             m.failure, m.traceback = "kernel raised " + raised(exc), kernel_traceback(exc)
             return m
-        arrays = {n: np.asarray(x) for n, x in _returned(first, mode, m.final).items()}
+        arrays = {n: np.asarray(x) for n, x in _returned(first, mode, m.final, fam.grads).items()}
         for name, x in arrays.items():
             m.failure = output_problem(name, x, x.shape, None)
             if m.failure is not None:    # e.g. a gradient from a custom_vjp in an integer dtype
                 return m
         m.fields = {k: m.fields.get(k) for k in _timing.FIELDS + (("residual_mb",) if
                                                                   mode == "fwd_bwd" else ())}
-        m.values = {n: to_canonical(np.asarray(x).astype(np.float64), _KIND[n], self.layout)
+        m.values = {n: to_canonical(np.asarray(x).astype(np.float64), fam.kinds[n], self.layout)
                     for n, x in arrays.items()}
         m.dtypes = {n: np.dtype(x.dtype).name for n, x in arrays.items()}
         return m
@@ -230,7 +228,7 @@ class FrameworkRunner:
         self.device, self.detected = device, detected
         self.params = {"precision": None, "operand_dtype": operand_dtype, "framework": framework}
 
-    def prepare(self, p: Problem) -> None:
+    def prepare(self, p) -> None:
         return None
 
     def measure(self, subject: Subject, mode: str, truth: _judge.Truth, arr: None) -> Measured:

@@ -2,7 +2,9 @@
 ``path/to/file.py:function`` or a Python callable.
 
 A kernel is a callable ``(q, k, v, log_alpha, h0) -> o`` or ``-> (o, h_T)`` taking JAX arrays in
-one layout ("bhtd" or "bthd"). On scale: the oracle always applies ``scale``. A kernel whose
+one layout ("bhtd" or "bthd"); for the gated delta rule (``--recurrence delta``) it takes its
+family's inputs, ``(q, k, v, beta, log_alpha, h0)``, and the built-in names are
+``glaref.delta.kernels``' scan and chunked. On scale: the oracle always applies ``scale``. A kernel whose
 signature has a ``scale`` parameter receives it; any other kernel is expected to apply that scale
 itself (a user kernel with a fixed 1/sqrt(dk), say, is audited with ``--scale``). The built-in
 kernels take ``scale``. Built-in kernels are audited with ``return_final_state=True``, so h_T and
@@ -32,7 +34,6 @@ import functools
 import hashlib
 import importlib
 import importlib.util
-import inspect
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -41,6 +42,7 @@ from typing import Callable
 from .._claims import Claims
 from .._errors import AuditEnvironmentError, AuditUsageError
 from .._frameworks import accepts
+from ._family import SCALAR_GATE, Family
 from ._presets import BUILTIN_IMPLS
 
 
@@ -59,20 +61,18 @@ def _precision_arg(precision: str):
     return getattr(jax.lax.Precision, precision.upper())
 
 
-def _builtin(name: str, claims: Claims, precision: str, scale: float) -> Subject:
+def _builtin(name: str, claims: Claims, precision: str, scale: float, family: Family) -> Subject:
+    """The recurrence family's built-in JAX kernel ``name`` (``Family.kernels``, imported here:
+    the lazy jax boundary), judged with its own claims (``Family.builtin_claims``)."""
     try:
-        from .. import kernels
+        kernels = importlib.import_module(family.kernels)
     except ImportError as exc:
         raise AuditEnvironmentError(f"impl {name!r}: the built-in kernels could not be imported "
                                     f"({exc}); pip install 'glaref[jax]'", argument="impl") from None
     fn = getattr(kernels, name)
     kw = {"layout": claims.layout, "precision": _precision_arg(precision),
           "return_final_state": True, "scale": scale}
-    chunk = inspect.signature(fn).parameters.get("chunk_size")
-    own = claims.design(chunk_size=chunk.default if chunk is not None else 1,
-                        accumulate_dtype="float32", decay_form="segment_sums",
-                        dlog_alpha_form=kernels.dlog_alpha_form(name, claims.gate))
-    return Subject(name, functools.partial(fn, **kw), own)
+    return Subject(name, functools.partial(fn, **kw), family.builtin_claims(kernels, name, claims))
 
 
 def _load_file(path: str):
@@ -153,13 +153,14 @@ def _user(spec: str, claims: Claims, scale: float) -> Subject:
 
 
 def resolve(impl, *, claims: Claims, compute_dtype: str, precision: str, scale: float,
-            packed: bool = False) -> Subject:
+            packed: bool = False, family: Family = SCALAR_GATE) -> Subject:
     """A JAX Subject from a built-in name, a 'module:function' / 'file.py:function' spec or a
     callable, judged with the caller's ``claims`` (a built-in kernel completes them with its own
     chunk size, accumulate dtype and forms, which for dlog_alpha_form depend on the gate kind),
     resolved at ``compute_dtype`` (``Claims.resolved``). ``packed``: the audit runs packed
-    sequences, so the kernel must take ``cu_seqlens``."""
-    subject = _resolve(impl, claims, precision, scale)
+    sequences, so the kernel must take ``cu_seqlens``. ``family``: the recurrence whose built-in
+    kernels the names are."""
+    subject = _resolve(impl, claims, precision, scale, family)
     _check_packed(subject, packed)
     return replace(subject, claims=subject.claims.resolved(compute_dtype))
 
@@ -184,7 +185,7 @@ def kernel_name(kernel) -> str:
     return getattr(kernel, "__qualname__", None) or getattr(kernel, "__name__", None) or repr(kernel)
 
 
-def _resolve(impl, claims: Claims, precision: str, scale: float) -> Subject:
+def _resolve(impl, claims: Claims, precision: str, scale: float, family: Family) -> Subject:
     if isinstance(impl, Subject):
         return impl
     if callable(impl):
@@ -194,5 +195,5 @@ def _resolve(impl, claims: Claims, precision: str, scale: float) -> Subject:
         raise AuditUsageError(f"impl: got {impl!r}, expected a kernel name, spec or callable",
                               argument="impl")
     if impl in BUILTIN_IMPLS:
-        return _builtin(impl, claims, precision, scale)
+        return _builtin(impl, claims, precision, scale, family)
     return _user(impl, claims, scale)
