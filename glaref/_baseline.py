@@ -455,18 +455,14 @@ def run(kernel: str, p, scale: float, *, arith: str = "float32", operand: str | 
     return {n: np.asarray(x, dtype=np.float64) for n, x in out.items()}
 
 
-def _run_packed(kernel: str, p, scale: float, *, grads: bool, **arith) -> dict[str, np.ndarray]:
-    """:func:`run` on packed sequences: each sequence [c_n, c_{n+1}) of row 0 on its own."""
+def per_sequence(p, run_one) -> dict[str, np.ndarray]:
+    """A reference kernel on packed sequences: ``run_one(sub, ts)`` runs each sequence
+    [c_n, c_{n+1}) of row 0 on its own (``sub``: that sequence as a problem of one row, ``ts``:
+    its slice of the time axis) and returns {output: value}; the states (h_T, h0) go to row n,
+    every other output to its time slice. Shared by both families' ``run``."""
     cu = [int(c) for c in p.cu_seqlens]
-    B, G, T, dk = p.q.shape
-    H, dv = p.v.shape[1], p.v.shape[3]
-    NS = len(cu) - 1
-    out = {"o": np.zeros((B, H, T, dv)), "h_T": np.zeros((NS, H, dk, dv))}
-    if grads:
-        out.update(q=np.zeros(p.q.shape), k=np.zeros(p.k.shape), v=np.zeros(p.v.shape),
-                   log_alpha=np.zeros(p.log_alpha.shape), h0=np.zeros((NS, H, dk, dv)),
-                   log_alpha_direct=np.zeros(p.log_alpha.shape))
-    time_axis = {"o", "q", "k", "v", "log_alpha", "log_alpha_direct"}
+    NS, T = len(cu) - 1, p.q.shape[2]
+    out: dict[str, np.ndarray] = {}
     for n, (t0, t1) in enumerate(zip(cu[:-1], cu[1:])):
         ts = slice(t0, t1)
         cut = lambda x: None if x is None else x[:, :, ts]            # noqa: E731, B023
@@ -474,9 +470,18 @@ def _run_packed(kernel: str, p, scale: float, *, grads: bool, **arith) -> dict[s
         sub = p._replace(q=cut(p.q), k=cut(p.k), v=cut(p.v), log_alpha=cut(p.log_alpha),
                          h0=one(p.h0), do=cut(p.do), dh_T=one(p.dh_T),
                          dims=dataclasses.replace(p.dims, B=1, T=t1 - t0), cu_seqlens=None)
-        for name, x in run(kernel, sub, scale, grads=grads, **arith).items():
-            if name in time_axis:
-                out[name][:, :, ts] = x
-            else:
+        for name, x in run_one(sub, ts).items():
+            state = name in ("h_T", "h0")
+            if name not in out:
+                out[name] = np.zeros((NS,) + x.shape[1:] if state else
+                                     x.shape[:2] + (T,) + x.shape[3:])
+            if state:
                 out[name][n:n + 1] = x
+            else:
+                out[name][:, :, ts] = x
     return out
+
+
+def _run_packed(kernel: str, p, scale: float, *, grads: bool, **arith) -> dict[str, np.ndarray]:
+    """:func:`run` on packed sequences: each sequence [c_n, c_{n+1}) of row 0 on its own."""
+    return per_sequence(p, lambda sub, ts: run(kernel, sub, scale, grads=grads, **arith))

@@ -145,22 +145,29 @@ def _proven_arithmetic(c: Claims) -> tuple[str, str | None]:
     return cdtype, c.accumulate_dtype
 
 
+def claimed_references(truth: Truth, c: Claims, final: bool, grads: bool):
+    """The reference kernels' outputs a kernel of claims ``c`` is judged against ({role:
+    {output: value}}, run once and cached by ``truth``) and the yardstick that names their roles
+    (``glaref._designs.yardstick``)."""
+    cdtype = c.compute_dtype or c.dtype
+    refs = truth.references(final, grads, c.chunk_size,
+                            _verdict.reference_arithmetic(cdtype, c.accumulate_dtype,
+                                                          c.operand_dtype), c.decay_form,
+                            c.dlog_alpha_form)
+    return refs, yardstick(c.chunk_size, c.decay_form, c.dlog_alpha_form)
+
+
 def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, final: bool,
                   grads: bool, claims: Claims | None = None, **declared) -> _verdict.Assessment:
     """The Assessment of one output ``name`` of a kernel: ``x`` its canonical "bhtd" value (any
     float dtype), ``dtype`` the dtype name it was *returned* in (the reference kernels' values are
     rounded to it); other arguments as for :func:`assess_outputs`."""
     c = _claimed(claims, declared)
-    cdtype = c.compute_dtype or c.dtype
     scales = truth.scales(final, grads)
-    refs = truth.references(final, grads, c.chunk_size,
-                            _verdict.reference_arithmetic(cdtype, c.accumulate_dtype,
-                                                          c.operand_dtype), c.decay_form,
-                            c.dlog_alpha_form)
+    refs, stick = claimed_references(truth, c, final, grads)
     # dlog_alpha is held to the scale of the reverse-cumsum identity (_verdict, decision 3)
     sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
     # each reference kernel's value of this output, dlog_alpha in the form its role reads
-    stick = yardstick(c.chunk_size, c.decay_form, c.dlog_alpha_form)
     ref_out = {r: _baseline.round_to(refs[r][stick.key(r, name)], dtype) for r in stick.roles(name)}
     # the proven bound takes scalar gates of one sequence per row: vector gates and packed
     # sequences are presented to it as such (_verdict.budget_view)

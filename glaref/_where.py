@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _baseline, _designs, _judge, _verdict
+from . import _baseline, _judge
 from ._inputs import Dims
 from ._metrics import underflow_floor
 from .tolerances import UNIT_ROUNDOFF, lookup, tol
@@ -503,11 +503,7 @@ def row_profiles(truth, canonical: dict[str, np.ndarray], dtypes: dict[str, str]
     cdtype = c.compute_dtype or c.dtype
     scales = truth.scales(final, grads)
     # the verdict's own references (the same design: chunk size and decay form), cached there
-    refs = truth.references(final, grads, c.chunk_size,
-                            _verdict.reference_arithmetic(cdtype, c.accumulate_dtype,
-                                                          c.operand_dtype), c.decay_form,
-                            c.dlog_alpha_form)
-    stick = _designs.yardstick(c.chunk_size, c.decay_form, c.dlog_alpha_form)
+    refs, stick = _judge.claimed_references(truth, c, final, grads)
     unit = cdtype
     if c.operand_dtype is not None and UNIT_ROUNDOFF[c.operand_dtype] > UNIT_ROUNDOFF[cdtype]:
         unit = c.operand_dtype          # the unit of budget_ulps, as _judge.assess_output has it

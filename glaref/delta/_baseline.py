@@ -45,11 +45,9 @@ purpose.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from .._baseline import ROUNDINGS
+from .._baseline import ROUNDINGS, per_sequence
 from ._oracle import DeltaProblem
 
 __all__ = ["ARITHS", "CHUNK", "DECAY_FORMS", "KERNELS", "ORDERS", "run"]
@@ -164,28 +162,5 @@ def run(kernel: str, dp: DeltaProblem, scale: float, *, arith: str = "float32",
 def _run_packed(kernel: str, dp: DeltaProblem, scale: float, *, grads: bool,
                 **kw) -> dict[str, np.ndarray]:
     """:func:`run` on packed sequences: each sequence [c_n, c_{n+1}) of row 0 on its own."""
-    p = dp.p
-    cu = [int(c) for c in p.cu_seqlens]
-    B, G, T, dk = p.q.shape
-    H, dv = p.v.shape[1], p.v.shape[3]
-    NS = len(cu) - 1
-    out = {"o": np.zeros((B, H, T, dv)), "h_T": np.zeros((NS, H, dk, dv))}
-    if grads:
-        out.update(q=np.zeros(p.q.shape), k=np.zeros(p.k.shape), v=np.zeros(p.v.shape),
-                   beta=np.zeros(dp.beta.shape), log_alpha=np.zeros(p.log_alpha.shape),
-                   h0=np.zeros((NS, H, dk, dv)))
-    time_axis = {"o", "q", "k", "v", "beta", "log_alpha"}
-    for n, (t0, t1) in enumerate(zip(cu[:-1], cu[1:])):
-        ts = slice(t0, t1)
-        cut = lambda x: None if x is None else x[:, :, ts]            # noqa: E731, B023
-        one = lambda x: None if x is None else x[n:n + 1]             # noqa: E731, B023
-        sub = p._replace(q=cut(p.q), k=cut(p.k), v=cut(p.v), log_alpha=cut(p.log_alpha),
-                         h0=one(p.h0), do=cut(p.do), dh_T=one(p.dh_T),
-                         dims=dataclasses.replace(p.dims, B=1, T=t1 - t0), cu_seqlens=None)
-        for name, x in run(kernel, DeltaProblem(sub, dp.beta[:, :, ts]), scale, grads=grads,
-                           **kw).items():
-            if name in time_axis:
-                out[name][:, :, ts] = x
-            else:
-                out[name][n:n + 1] = x
-    return out
+    return per_sequence(dp.p, lambda sub, ts: run(kernel, DeltaProblem(sub, dp.beta[:, :, ts]),
+                                                  scale, grads=grads, **kw))

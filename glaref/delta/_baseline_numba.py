@@ -230,21 +230,20 @@ def _scan_vjp_rows(w, nw, qh, kh, v, beta, alpha, h0, do, dh_T, scale, z, mode, 
         dh0[b, h] = Cc
 
 
+def _grad_buffers(*inputs):
+    """One uninitialised buffer per input (qh, kh, v, beta, log_alpha, h0), in the dtype of qh,
+    for a reverse sweep to fill: (dq, dk per head, dv, dbeta, dlog_alpha, dh0)."""
+    return tuple(np.empty(x.shape, inputs[0].dtype) for x in inputs)
+
+
 def scan_vjp(qh, kh, v, beta, alpha, h0, do, dh_T, scale, mode):
     """(dq, dk per head, dv, dbeta, dlog_alpha (B, H, T, g), dh0) of the scan's reverse sweep
     (docs/math_delta.md, section 2), the states recomputed from checkpoints every ~sqrt(T)
     steps by the forward's own operations."""
-    B, H, T, dk = qh.shape
-    dt = qh.dtype
-    dq = np.empty(qh.shape, dt)
-    dk_ = np.empty(kh.shape, dt)
-    dvv = np.empty(v.shape, dt)
-    dbeta = np.empty(beta.shape, dt)
-    dla = np.empty(alpha.shape, dt)
-    dh0 = np.empty(h0.shape, dt)
-    run_workers(_scan_vjp_rows, n_workers(B * H), qh, kh, v, beta, alpha, h0, do, dh_T,
-                dt.type(scale), dt.type(0), mode, dq, dk_, dvv, dbeta, dla, dh0)
-    return dq, dk_, dvv, dbeta, dla, dh0
+    grads = _grad_buffers(qh, kh, v, beta, alpha, h0)
+    run_workers(_scan_vjp_rows, n_workers(qh.shape[0] * qh.shape[1]), qh, kh, v, beta, alpha,
+                h0, do, dh_T, qh.dtype.type(scale), qh.dtype.type(0), mode, *grads)
+    return grads
 
 
 # ------------------------------------------------------------------------------------ chunked
@@ -360,6 +359,17 @@ def _lower_mm(Tm, X, out, L, z):  # pragma: no cover - compiled
 
 
 @_jit
+def _row_times(acc, X, i, Y, n, z):  # pragma: no cover - compiled
+    """acc = X[i, :n] Y[:n, :], summed one term after another from zero ``z``."""
+    for c in range(acc.shape[0]):
+        acc[c] = z
+    for d in range(n):
+        w = X[i, d]
+        for c in range(acc.shape[0]):
+            acc[c] += w * Y[d, c]
+
+
+@_jit
 def _chunk_forward(S, L, E, eb, Qd, Kr, A, W, Ut, U, o_c, S_next, scale, mode,
                    z):  # pragma: no cover - compiled
     """U = Ut - W S;  o = scale ((Q o exp(b)) S + A U);  S_next = diag(exp(b_last)) S + Kr^T U
@@ -370,12 +380,7 @@ def _chunk_forward(S, L, E, eb, Qd, Kr, A, W, Ut, U, o_c, S_next, scale, mode,
     Wr = _op(W, mode)
     acc = np.empty(dv, S.dtype)
     for i in range(L):
-        for c in range(dv):
-            acc[c] = z
-        for d in range(dk):
-            w = Wr[i, d]
-            for c in range(dv):
-                acc[c] += w * Sr[d, c]
+        _row_times(acc, Wr, i, Sr, dk, z)
         for c in range(dv):
             U[i, c] = Ut[i, c] - acc[c]
     Ur = _op(U, mode)
@@ -383,17 +388,8 @@ def _chunk_forward(S, L, E, eb, Qd, Kr, A, W, Ut, U, o_c, S_next, scale, mode,
     Ar = _op(A, mode)
     acc2 = np.empty(dv, S.dtype)
     for i in range(L):
-        for c in range(dv):
-            acc[c] = z
-            acc2[c] = z
-        for d in range(dk):
-            x = Qr[i, d]
-            for c in range(dv):
-                acc[c] += x * Sr[d, c]
-        for j in range(i + 1):
-            a = Ar[i, j]
-            for c in range(dv):
-                acc2[c] += a * Ur[j, c]
+        _row_times(acc, Qr, i, Sr, dk, z)
+        _row_times(acc2, Ar, i, Ur, i + 1, z)
         for c in range(dv):
             o_c[i, c] = scale * (acc[c] + acc2[c])
     Krr = _op(Kr, mode)
@@ -728,17 +724,10 @@ def chunked_vjp(qh, kh, v, beta, la, h0, do, dh_T, scale, mode, C, form):
     """(dq, dk per head, dv, dbeta, dlog_alpha (B, H, T, g), dh0) of the chunked form's
     hand-written backward (``_chunk_backward``), chunk by chunk in reverse, each chunk's
     quantities recomputed from the state entering it (stored by a first forward sweep)."""
-    B, H, T, dk = qh.shape
-    dt = qh.dtype
-    dq = np.empty(qh.shape, dt)
-    dk_ = np.empty(kh.shape, dt)
-    dvv = np.empty(v.shape, dt)
-    dbeta = np.empty(beta.shape, dt)
-    dla = np.empty(la.shape, dt)
-    dh0 = np.empty(h0.shape, dt)
-    run_workers(_chunked_vjp_rows, n_workers(B * H), qh, kh, v, beta, la, h0, do, dh_T,
-                dt.type(scale), dt.type(0), mode, C, form, dq, dk_, dvv, dbeta, dla, dh0)
-    return dq, dk_, dvv, dbeta, dla, dh0
+    grads = _grad_buffers(qh, kh, v, beta, la, h0)
+    run_workers(_chunked_vjp_rows, n_workers(qh.shape[0] * qh.shape[1]), qh, kh, v, beta, la,
+                h0, do, dh_T, qh.dtype.type(scale), qh.dtype.type(0), mode, C, form, *grads)
+    return grads
 
 
 def _what(kernel, part):
