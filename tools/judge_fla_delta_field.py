@@ -236,6 +236,8 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", choices=("seed", "cut", "auto"), default="auto",
                     help="seed: the seed's four configs; cut: batch 1 and 2 value heads; auto: "
                          "seed at T <= 130, cut beyond")
+    ap.add_argument("--config-names", default=None,
+                    help=f"comma list among {list(SEED)} (default: all four)")
     ap.add_argument("--regimes", default=None, help="comma list (default: the family's)")
     ap.add_argument("--quick", action="store_true", help="T = 130, cut configs")
     ap.add_argument("--out", default="docs/reports/fla_delta_field_cpu")
@@ -263,6 +265,8 @@ def main(argv=None) -> int:
             use = CUT if a.quick or a.configs == "cut" or (a.configs == "auto" and T > 130) \
                 else SEED
             for cfg, d in use.items():
+                if a.config_names and cfg not in a.config_names.split(","):
+                    continue
                 dims = dims_for(name, d)
                 recs = judge(name, cfg, dims, T, regimes=regimes)
                 for r in recs:
