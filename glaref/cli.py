@@ -61,8 +61,8 @@ class _UsageExit(Exception):
 
 
 def _parser() -> _Parser:
-    p = _Parser(prog=PROG, description="Float64 ground truth and kernel audit for scalar-gated "
-                "linear attention.")
+    p = _Parser(prog=PROG, description="Float64 ground truth and kernel audit for gated linear "
+                "attention (scalar or vector gates) and the gated delta rule (--recurrence delta).")
     sub = p.add_subparsers(dest="command", metavar="command", parser_class=_Parser)
     a = sub.add_parser(
         "audit", help="audit JAX kernels against the float64 oracle",

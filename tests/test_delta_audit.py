@@ -141,3 +141,17 @@ def test_the_built_in_kernels_pass_the_seed_configs(T):
     recs = glaref.audit(["chunked", "scan"], dict(SEED_CONFIGS), [T], recurrence="delta",
                         repeats=0, modes="fwd_bwd", regimes="standard")
     assert all(r["ok"] for r in recs), [r["failures"] for r in recs if not r["ok"]]
+
+
+def test_shards_of_a_delta_audit_merge_into_the_unsharded_report(tmp_path):
+    from glaref._audit._merge import merge
+
+    paths = []
+    for i in range(2):
+        paths.append(tmp_path / f"s{i}.json")
+        glaref.audit(["scan"], SMALL, [9], recurrence="delta", regimes="standard,converged",
+                     repeats=0, modes="fwd", shard=f"{i}/2", json_path=str(paths[-1]))
+    merge([str(p) for p in paths], str(tmp_path / "all.json"))
+    doc = json.loads((tmp_path / "all.json").read_text())
+    assert doc["config"]["recurrence"] == "delta"
+    assert [r["regime"] for r in doc["results"]] == ["standard", "converged"]

@@ -13,6 +13,10 @@ design's size on the standard regime. Results are the same bytes twice and on 1 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 
 import numba
 import numpy as np
@@ -96,10 +100,13 @@ def test_float64_equals_the_oracle(kernel, chunk, name, dp):
 def test_float32_makes_float32_errors(kernel, chunk, gate):
     dp = _rounded(regimes.make_inputs("standard", DIMS, 4, gate=gate))
     ref = _oracle(dp)
+    for decay in _baseline.DECAY_FORMS if kernel == "chunked" else ("segment_sums",):
+        res = _baseline.run(kernel, dp, SCALE, arith="float32", chunk=chunk, decay=decay)
+        for n in OUTPUTS:
+            e = rel_err(res[n], ref[n])
+            assert tol("arith_separator_f32_f64") < e <= tol("delta_baseline_f32_standard"), (
+                decay, n, e)
     res = _baseline.run(kernel, dp, SCALE, arith="float32", chunk=chunk)
-    for n in OUTPUTS:
-        e = rel_err(res[n], ref[n])
-        assert tol("arith_separator_f32_f64") < e <= tol("delta_baseline_f32_standard"), (n, e)
     # bfloat16 operands: bfloat16's errors, not float32's
     res = _baseline.run(kernel, dp, SCALE, arith="float32", operand="bfloat16", chunk=chunk)
     for n in OUTPUTS:
@@ -125,6 +132,23 @@ def test_same_bytes_twice_and_on_one_or_two_threads(kernel, chunk):
     finally:
         numba.set_num_threads(before)
     assert runs[0] == runs[1] == runs[2]
+
+
+def test_the_designs_round_differently():
+    """The scan, the chunked form at 16 and 64 and the two decay forms are different float32
+    algorithms (none silently runs another's code): their o and dlog_alpha differ in the last
+    bits, while each stays a float32-sized distance from the others."""
+    dp = _rounded(regimes.make_inputs("standard", DIMS, 6))
+    runs = {"scan": _baseline.run("scan", dp, SCALE)}
+    for C in (16, 64):
+        for decay in _baseline.DECAY_FORMS:
+            runs[f"chunked{C} {decay}"] = _baseline.run("chunked", dp, SCALE, chunk=C, decay=decay)
+    names = list(runs)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            for n in ("o", "log_alpha"):
+                e = rel_err(runs[a][n], runs[b][n])
+                assert 0 < e <= 2 * tol("delta_baseline_f32_standard"), (a, b, n, e)
 
 
 def test_empty_sequence_hands_h0_through():
@@ -176,3 +200,46 @@ def test_every_design_of_the_yardstick_runs(chunk_size, decay_form):
     if chunk_size is None:
         assert stick.designs[stick.held_to].chunk == _baseline.CHUNK
         assert [stick.designs[r].kernel for r in stick.extremes] == ["scan"]
+
+
+_CHILD = r"""
+import hashlib, json
+import numpy as np
+from glaref._inputs import Dims
+from glaref.delta import _baseline, regimes
+
+rng = np.random.default_rng(0)
+a = rng.standard_normal((64, 128)).astype(np.float32)
+b = rng.standard_normal((128, 48)).astype(np.float32)
+out = {"np.matmul": hashlib.sha256((a @ b).tobytes()).hexdigest()}
+for gate in ("scalar", "vector"):
+    dp = regimes.make_inputs("strong_decay", Dims(1, 1, 2, 70, 24, 20), 0, gate=gate)
+    for kernel, decay in (("scan", "segment_sums"), ("chunked", "segment_sums"),
+                          ("chunked", "chunk_cumsum")):
+        for operand in (None, "bfloat16"):
+            r = _baseline.run(kernel, dp, 0.3, chunk=32, decay=decay, operand=operand)
+            h = hashlib.sha256()
+            for name in sorted(r):
+                h.update(name.encode() + r[name].tobytes())
+            out[f"{gate} {kernel} {decay} {operand}"] = h.hexdigest()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow        # two subprocesses loading (or compiling) the reference kernels
+@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine not in ("x86_64", "AMD64"),
+                    reason="OPENBLAS_CORETYPE names x86-64 kernels")
+def test_the_same_bytes_under_every_blas_kernel():
+    """No BLAS: the same bytes whichever OpenBLAS kernel a machine picks (Haswell, Prescott),
+    where np.matmul itself differs (else the machine cannot show the dependence: skip)."""
+    runs = {}
+    for coretype in ("Haswell", "Prescott"):
+        env = dict(os.environ, OPENBLAS_CORETYPE=coretype, OPENBLAS_VERBOSE="0")
+        res = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True,
+                             env=env, timeout=900)
+        assert res.returncode == 0, res.stderr[-2000:]
+        runs[coretype] = json.loads(res.stdout.strip().splitlines()[-1])
+    ours = [k for k in runs["Haswell"] if k != "np.matmul"]
+    assert [k for k in ours if runs["Haswell"][k] != runs["Prescott"][k]] == []
+    if runs["Haswell"]["np.matmul"] == runs["Prescott"]["np.matmul"]:
+        pytest.skip("np.matmul float32 gives the same bytes under both coretypes here")

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from .._errors import AuditUsageError
-from ._args import Rows
+from ._args import FAMILIES, Rows, family
 from ._report import JsonWriter, check_output
 
 __all__ = ["merge"]
@@ -34,9 +34,14 @@ def _load(path: str) -> dict[str, Any]:
 
 def _order(config: dict[str, Any]):
     """A function giving each record its place in the unsharded audit's order."""
+    # the recurrence's regimes derive the sizes (a report without the key is the scalar gate's)
+    name = config.get("recurrence", "scalar_gate")
+    if name not in FAMILIES:
+        raise AuditUsageError(f"report: recurrence {name!r} is not one of {tuple(FAMILIES)}")
+    fam = family(name)
     plan = Rows({k: tuple(v) for k, v in config["configs"].items()}, list(config["seq_lens"]),
                 list(config["modes"]), list(config["regimes"]), int(config["seed"]), 1.0,
-                None if config.get("cu_seqlens") is None else 1, "numpy").plan()
+                None if config.get("cu_seqlens") is None else 1, "numpy", family=fam).plan()
     where = {(regime, cname, d.B, d.G, d.H, d.T, d.dk, d.dv): i for i, (regime, cname, d) in
              enumerate(plan)}
     modes, impls = list(config["modes"]), list(config["impls"])

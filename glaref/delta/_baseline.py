@@ -52,6 +52,8 @@ import numpy as np
 from .._baseline import ROUNDINGS
 from ._oracle import DeltaProblem
 
+__all__ = ["ARITHS", "CHUNK", "DECAY_FORMS", "KERNELS", "ORDERS", "run"]
+
 KERNELS = ("scan", "chunked")
 CHUNK = 64            # the chunked reference's chunk, what production kernels use
 DECAY_FORMS = ("segment_sums", "chunk_cumsum")

@@ -747,7 +747,10 @@ def _what(kernel, part):
     return what
 
 
-note_compile(_scan_fwd_rows, _what("scan", "forward"), 4)
+# The one line on stderr while a worker compiles (glaref._numba_cache); seconds: the CPU time of
+# the float32 compile on the shared 2-core x86-64 machine (measured 2026-12-04: scan forward 6.6
+# with Numba's start-up, gradients 3.7; chunked forward 6.0, gradients 9.1).
+note_compile(_scan_fwd_rows, _what("scan", "forward"), 5)
 note_compile(_scan_vjp_rows, _what("scan", "gradients"), 6)
 note_compile(_chunked_fwd_rows, _what("chunked", "forward"), 6)
 note_compile(_chunked_vjp_rows, _what("chunked", "gradients"), 10)
