@@ -62,3 +62,22 @@ def test_fla_chunk_kda_strong_decay_nonfinite_gradients():
     assert {n for n, o in r["outcomes"].items() if o != "ok"} == {"q", "k", "beta", "log_alpha"}
     assert all(r["nonfinite"][n] > 0 for n in ("q", "k", "beta", "log_alpha"))
     assert all(r["nonfinite"][n] == 0 for n in ("o", "h_T", "v", "h0"))
+
+
+def test_thirdparty_extract_runs_only_the_named_functions(tmp_path):
+    """tools/judge_delta_thirdparty.extract compiles the named top-level functions of a file
+    alone: the file's own imports (a package that is not installed here) never run."""
+    pytest.importorskip("jax")
+    src = tmp_path / "layer.py"
+    src.write_text("import not_installed_package\n\n"
+                   "def gdr(x):\n    return jnp.exp(x) + lax.neg(x)\n\n"
+                   "def other():\n    raise RuntimeError\n")
+    spec = importlib.util.spec_from_file_location("judge_delta_thirdparty",
+                                                  TOOLS / "judge_delta_thirdparty.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    fns = mod.extract(str(src), ("gdr",))
+    assert list(fns) == ["gdr"] and float(fns["gdr"](0.0)) == 1.0
+    with pytest.raises(LookupError, match="missing_fn"):
+        mod.extract(str(src), ("missing_fn",))
