@@ -81,3 +81,26 @@ def test_thirdparty_extract_runs_only_the_named_functions(tmp_path):
     assert list(fns) == ["gdr"] and float(fns["gdr"](0.0)) == 1.0
     with pytest.raises(LookupError, match="missing_fn"):
         mod.extract(str(src), ("missing_fn",))
+
+
+@pytest.mark.slow     # ~10 s cpu: one row of FLA's naive reference judged through gpu_fla.py
+def test_gpu_fla_delta_dry_run_on_cpu(tmp_path):
+    """tools/gpu_fla.py --recurrence delta with --backend cpu: the naive reference stands in for
+    the Triton kernel, is judged through the family's records API, and the report says so."""
+    import json
+
+    _tool()
+    spec = importlib.util.spec_from_file_location("gpu_fla", TOOLS / "gpu_fla.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "fla_delta"
+    code = mod.main(["--backend", "cpu", "--recurrence", "delta", "--only",
+                     "fused_recurrent_gated_delta_rule", "--dtypes", "float32", "--regimes",
+                     "standard", "--budget-s", "1", "--out", str(out), "--exit-zero"])
+    assert code == 0
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert "no Triton kernel ran" in doc["device"]
+    first = doc["records"][0]
+    assert first["ran"] == "naive_recurrent_gated_delta_rule" and first["outcome"] == "ok"
+    assert set(first["outputs"]) == {"o", "h_T", "q", "k", "v", "beta", "log_alpha", "h0"}
+    assert len(doc["records"]) + len(doc["not_run"]) == 8     # 4 seed configs x T = 33, 130

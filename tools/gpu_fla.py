@@ -152,6 +152,25 @@ def delta_plan(quick: bool, kernels: list[str], dtypes: list[str], regimes: list
     return rows
 
 
+def write_delta(out: str, args, gpu: bool, records: list, not_run: list, t_start: float) -> None:
+    """OUT.json (records, cases not started) and OUT.txt (one line per record)."""
+    import torch
+
+    doc = dict(tool="tools/gpu_fla.py " + " ".join(args.argv),
+               device=torch.cuda.get_device_name(0) if gpu else
+               "cpu (BACKEND=cpu dry run: fla-core's naive references stood in; no Triton "
+               "kernel ran)", elapsed_s=round(time.perf_counter() - t_start, 1),
+               records=records, not_run=not_run)
+    with open(out + ".json", "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+    with open(out + ".txt", "w") as f:
+        f.write(f"{doc['device']}\n" + "".join(
+            f"{r['ran']:<36}{r['dtype']:<10}{r['config']:<18}{str(r['dims']):<22}"
+            f"T={r['T']:<6}{r['regime']:<14}{r['outcome']:<15}" + " ".join(
+                f"{n}={o['ratio_to_allowed']:.3g}" for n, o in r["outputs"].items())
+            + "\n" for r in records))
+
+
 def main_delta(args, out: str) -> int:
     """--recurrence delta: FLA's Triton delta-rule kernels (naive stand-ins with --backend cpu)
     judged row by row; OUT.json and OUT.txt rewritten after every row."""
@@ -215,19 +234,8 @@ def main_delta(args, out: str) -> int:
         print(f"[{i + 1}/{len(cases)}] {ran[name]} {dtype} {config} {dims} T={T} {regime}: "
               f"{rec['outcome']} worst ratio/allowed {worst if worst is None else f'{worst:.3g}'}",
               file=sys.stderr, flush=True)
-        doc = dict(tool="tools/gpu_fla.py " + " ".join(args.argv),
-                   device=torch.cuda.get_device_name(0) if gpu else
-                   "cpu (BACKEND=cpu dry run: fla-core's naive references stood in; no Triton "
-                   "kernel ran)", elapsed_s=round(time.perf_counter() - t_start, 1),
-                   records=records, not_run=not_run)
-        with open(out + ".json", "w") as f:
-            json.dump(doc, f, indent=1, default=str)
-        with open(out + ".txt", "w") as f:
-            f.write(f"{doc['device']}\n" + "".join(
-                f"{r['ran']:<36}{r['dtype']:<10}{r['config']:<18}{str(r['dims']):<22}"
-                f"T={r['T']:<6}{r['regime']:<14}{r['outcome']:<15}" + " ".join(
-                    f"{n}={o['ratio_to_allowed']:.3g}" for n, o in r["outputs"].items())
-                + "\n" for r in records))
+        write_delta(out, args, gpu, records, not_run, t_start)
+    write_delta(out, args, gpu, records, not_run, t_start)
     if args.exit_zero:
         return 0
     return 0 if records and not not_run and all(r["outcome"] == "ok" for r in records) else 1
