@@ -181,7 +181,9 @@ def test_plot_is_written(capsys, tmp_path):
 
 @pytest.mark.slow      # ~75 s on two cores: two full audits through the shell script
 def test_gpu_audit_script_runs_both_precisions_on_cpu(tmp_path):
-    env = {**os.environ, "BACKEND": "cpu", "OUTDIR": str(tmp_path), "PYTHON": sys.executable}
+    # DELTA=0: the script's delta part takes delta kernels (--impl here is a scalar-gate one)
+    env = {**os.environ, "BACKEND": "cpu", "OUTDIR": str(tmp_path), "PYTHON": sys.executable,
+           "DELTA": "0"}
     r = subprocess.run(["bash", str(ROOT / "tools" / "gpu_audit.sh"), "--impl", kernel("scan_kernel"),
                         *TINY, "--mode", "fwd"], capture_output=True, text=True, cwd=ROOT,
                        env=env, timeout=300)

@@ -21,6 +21,20 @@ GPU), and fla-core's pure-torch references stand in for them at the same sizes a
 that the script, the judge and the report are exercised before a GPU is lent. Those figures are
 CPU figures of the references, never to be quoted as GPU ones: the report says which ran.
 
+``--recurrence delta``: the gated delta rule instead (fla-core 0.6.0's Triton
+``chunk_gated_delta_rule``, ``fused_recurrent_gated_delta_rule`` and ``chunk_kda``, called with
+FLA's signature through the convention of glaref.conventions.fla_delta, which is the identity
+under glaref's layout "bthd" with use_qk_l2norm_in_kernel, the beta sigmoid and the in-kernel
+gate off), judged by the delta family's records API (tools/judge_fla_delta_field.py's
+``judge_torch``: the family's problems, torch.autograd, ``glaref.delta._family.assess_outputs``)
+with the claims of DELTA_KERNELS (chunk kernels: 64-step chunks, chunk-local cumulative gates,
+TF32 matmuls for float32 and bfloat16 matmul operands for bfloat16; the fused recurrent kernel:
+step by step in float32). Rows: the seed configs at T = 130 and 2048 (G = H for the GDN
+kernels, which take q, k with H heads), g1h1_d128 at T = 8192; with ``--backend cpu`` B = 1,
+heads <= 2, T = 33 and 130, and fla-core's pure-torch naive references stand in for the Triton
+kernels (this is how the script was tested here: no GPU and no triton on the machine that wrote
+it; the GPU rows have not been run).
+
 Budget: ``--budget-s`` stops starting new cases after that many seconds (the report keeps what
 was measured, and lists the cases not run); every record is written as soon as it is measured.
 Exit status: 0 every case ran and passed (or --exit-zero), 1 a case failed or was not run, 3
@@ -55,6 +69,16 @@ KERNELS = {
     "fused_recurrent_gla": ("fla.ops.gla", Reference("gla", "vector", 1, True,
                             "Triton, step by step, vector gates (chunk_size=1)"),
                             "naive_recurrent_gla", "float32"),
+}
+# name: (module, naive stand-in on CPU, claims, compute dtype of float32 inputs)
+DELTA_KERNELS = {
+    "chunk_gated_delta_rule": ("fla.ops.gated_delta_rule", "naive_chunk_gated_delta_rule",
+                               dict(chunk_size=64, decay_form="chunk_cumsum"), "tf32"),
+    "fused_recurrent_gated_delta_rule": ("fla.ops.gated_delta_rule",
+                                         "naive_recurrent_gated_delta_rule",
+                                         dict(chunk_size=1), "float32"),
+    "chunk_kda": ("fla.ops.kda", "naive_chunk_kda",
+                  dict(chunk_size=64, decay_form="chunk_cumsum", gate="vector"), "tf32"),
 }
 DTYPES = ("float32", "bfloat16")
 QUICK_SEQS, QUICK_HEADS = (33, 130), 2
@@ -97,6 +121,126 @@ def load(name: str, backend: str):
                                      "are needed") from None
 
 
+def triton_delta(name: str):
+    """FLA's Triton ``name`` as ``(q, k, v, beta, g, h0, scale) -> (o, h_T)`` in layout "bthd"
+    (glaref.conventions.fla_delta's table with its in-kernel options off)."""
+    fn = getattr(importlib.import_module(DELTA_KERNELS[name][0]), name)
+
+    def run(q, k, v, beta, g, h0, scale):
+        return fn(q, k, v, g=g, beta=beta, scale=scale, initial_state=h0,
+                  output_final_state=True, use_qk_l2norm_in_kernel=False)
+
+    return run
+
+
+def delta_plan(quick: bool, kernels: list[str], dtypes: list[str], regimes: list[str]):
+    """[(kernel, dtype, config, dims, T, regime)] for --recurrence delta (see the docstring)."""
+    from glaref._audit._presets import SEED_CONFIGS
+
+    rows = []
+    for T in (QUICK_SEQS if quick else (130, 2048, 8192)):
+        for config, (B, G, H, K, V) in SEED_CONFIGS.items():
+            if T == 8192 and config != "g1h1_d128":
+                continue
+            b, h = (1, min(H, QUICK_HEADS)) if quick else (B, H)
+            for name in kernels:
+                g = min(G, h) if DELTA_KERNELS[name][2].get("gate") == "vector" else h
+                while h % g:
+                    g -= 1
+                rows += [(name, dtype, config, (b, g, h, K, V), T, regime)
+                         for dtype in dtypes for regime in regimes]
+    return rows
+
+
+def write_delta(out: str, args, gpu: bool, records: list, not_run: list, t_start: float) -> None:
+    """OUT.json (records, cases not started) and OUT.txt (one line per record)."""
+    import torch
+
+    doc = dict(tool="tools/gpu_fla.py " + " ".join(args.argv),
+               device=torch.cuda.get_device_name(0) if gpu else
+               "cpu (BACKEND=cpu dry run: fla-core's naive references stood in; no Triton "
+               "kernel ran)", elapsed_s=round(time.perf_counter() - t_start, 1),
+               records=records, not_run=not_run)
+    with open(out + ".json", "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+    with open(out + ".txt", "w") as f:
+        f.write(f"{doc['device']}\n" + "".join(
+            f"{r['ran']:<36}{r['dtype']:<10}{r['config']:<18}{str(r['dims']):<22}"
+            f"T={r['T']:<6}{r['regime']:<14}{r['outcome']:<15}" + " ".join(
+                f"{n}={o['ratio_to_allowed']:.3g}" for n, o in r["outputs"].items())
+            + "\n" for r in records))
+
+
+def main_delta(args, out: str) -> int:
+    """--recurrence delta: FLA's Triton delta-rule kernels (naive stand-ins with --backend cpu)
+    judged row by row; OUT.json and OUT.txt rewritten after every row."""
+    import judge_fla_delta_field as jdf
+    import torch
+
+    from glaref.delta._family import AUDIT_REGIMES
+
+    kernels = [s for s in args.only.split(",") if s] if args.only != ",".join(KERNELS) \
+        else list(DELTA_KERNELS)
+    regimes = [s for s in args.regimes.split(",") if s] \
+        if args.regimes != ",".join(judge_fla.REGIMES) else list(AUDIT_REGIMES)
+    dtypes = [s for s in args.dtypes.split(",") if s]
+    bad = [k for k in kernels if k not in DELTA_KERNELS]
+    if bad:
+        print(f"gpu_fla: --only: got {bad}, expected some of {list(DELTA_KERNELS)}",
+              file=sys.stderr)
+        return 2
+    gpu = args.backend == "gpu"
+    if gpu and not torch.cuda.is_available():
+        print("gpu_fla: torch sees no CUDA device (use --backend cpu for a dry run)",
+              file=sys.stderr)
+        return 3
+    fns, ran = {}, {}
+    try:
+        for name in kernels:
+            if gpu:
+                fns[name], ran[name] = triton_delta(name), name
+            else:
+                naive = DELTA_KERNELS[name][1]
+                fns[name], ran[name] = jdf.torch_reference(naive), naive
+    except (ImportError, jdf.jfd.MissingField) as exc:
+        print(f"gpu_fla: {exc} (fla-core and triton are needed)", file=sys.stderr)
+        return 3
+    if not gpu:
+        torch.set_num_threads(1)
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    t_start, records, not_run = time.perf_counter(), [], []
+    cases = delta_plan(args.quick or not gpu, kernels, dtypes, regimes)
+    for i, (name, dtype, config, dims, T, regime) in enumerate(cases):
+        if args.budget_s is not None and time.perf_counter() - t_start > args.budget_s:
+            not_run.append(dict(kernel=name, dtype=dtype, config=config, T=T, regime=regime))
+            continue
+        claims = dict(DELTA_KERNELS[name][2])
+        if dtype == "bfloat16":
+            claims["accumulate_dtype"] = "float32"      # FLA's kernels accumulate in float32
+        if gpu and claims["chunk_size"] > 1 and dtype == "float32":
+            claims["compute_dtype"] = "tf32"            # Triton's tl.dot default
+        elif gpu and claims["chunk_size"] > 1:
+            claims["operand_dtype"] = "bfloat16"        # states and scores cast before tl.dot
+        try:
+            rec = jdf.judge_torch(fns[name], dims, T, regime, claims=claims, dtype=dtype,
+                                  device="cuda" if gpu else "cpu")
+        except Exception as exc:  # noqa: BLE001 (a kernel that raises fails its case)
+            rec = dict(outcome=f"FAIL raised {type(exc).__name__}: {str(exc)[:200]}",
+                       outputs={}, dims=list(dims), T=T, regime=regime, dtype=dtype,
+                       claims=claims)
+        rec.update(kernel=name, ran=ran[name], config=config)
+        records.append(rec)
+        worst = max((o["ratio_to_allowed"] for o in rec["outputs"].values()), default=None)
+        print(f"[{i + 1}/{len(cases)}] {ran[name]} {dtype} {config} {dims} T={T} {regime}: "
+              f"{rec['outcome']} worst ratio/allowed {worst if worst is None else f'{worst:.3g}'}",
+              file=sys.stderr, flush=True)
+        write_delta(out, args, gpu, records, not_run, t_start)
+    write_delta(out, args, gpu, records, not_run, t_start)
+    if args.exit_zero:
+        return 0
+    return 0 if records and not not_run and all(r["outcome"] == "ok" for r in records) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -114,8 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exit-zero", action="store_true",
                     help="exit 0 when every report was written, failing cases included (a "
                          "finding to report, not a script failure)")
+    ap.add_argument("--recurrence", choices=("scalar_gate", "delta"), default="scalar_gate",
+                    help="delta: FLA's gated delta rule and KDA kernels (DELTA_KERNELS)")
     args = ap.parse_args(argv)
     args.argv, args.seed, args.exact_gate_sums = argv, 0, False
+    if args.recurrence == "delta":
+        return main_delta(args, args.out or ("docs/reports/fla_delta_gpu" if args.backend ==
+                                             "gpu" else "docs/reports/fla_delta_gpu_cpu_check"))
     kernels = [s for s in args.only.split(",") if s]
     dtypes = [s for s in args.dtypes.split(",") if s]
     regimes = [s for s in args.regimes.split(",") if s]

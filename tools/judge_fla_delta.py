@@ -38,8 +38,9 @@ class MissingField(RuntimeError):
     """fla-core, torch or einops is not installed."""
 
 
-def load_naive_f64(module: str) -> types.ModuleType:
-    """fla-core's fla/ops/<module>/naive.py with its float32 casts rewritten to float64."""
+def load_naive(module: str, *, float64: bool = False) -> types.ModuleType:
+    """fla-core's fla/ops/<module>/naive.py executed as a module from the installed
+    distribution's file, as shipped (float32), or with its float32 casts rewritten to float64."""
     rel = f"fla/ops/{module}/naive.py"
     try:
         files = importlib.metadata.files("fla-core") or []
@@ -51,18 +52,25 @@ def load_naive_f64(module: str) -> types.ModuleType:
     path = found[0].locate()
     with open(path) as f:
         src = f.read()
-    src = re.sub(r"\btorch\.float32\b", "torch.float64", src)
-    src = re.sub(r"\btorch\.float\b(?!\d)", "torch.float64", src)
-    src = src.replace(".float()", ".double()")
-    if "float32" in src or re.search(r"\.float\(\)|torch\.float\b(?!64)", src):
-        raise RuntimeError(f"{rel}: a float32 cast survived the rewrite")
-    mod = types.ModuleType(f"fla_core_naive_{module}_f64")
+    if float64:
+        src = re.sub(r"\btorch\.float32\b", "torch.float64", src)
+        src = re.sub(r"\btorch\.float\b(?!\d)", "torch.float64", src)
+        src = src.replace(".float()", ".double()")
+        if "float32" in src or re.search(r"\.float\(\)|torch\.float\b(?!64)", src):
+            raise RuntimeError(f"{rel}: a float32 cast survived the rewrite")
+    mod = types.ModuleType(f"fla_core_naive_{module}" + ("_f64" if float64 else ""))
     mod.__file__ = str(path)
+    how = " (float64 rewrite)" if float64 else ""
     try:
-        exec(compile(src, f"{path} (float64 rewrite)", "exec"), mod.__dict__)
+        exec(compile(src, f"{path}{how}", "exec"), mod.__dict__)
     except ImportError as exc:
         raise MissingField(f"{rel} needs {exc.name}: {exc}") from None
     return mod
+
+
+def load_naive_f64(module: str) -> types.ModuleType:
+    """fla-core's fla/ops/<module>/naive.py with its float32 casts rewritten to float64."""
+    return load_naive(module, float64=True)
 
 
 @dataclass(frozen=True)
