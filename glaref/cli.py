@@ -111,9 +111,10 @@ def _parser() -> _Parser:
     a.add_argument("--dlog-alpha-form", choices=("identity", "direct"), help="user kernels: how "
                    "they compute dlog_alpha: identity (the reverse cumsum of q.dq - k.dk, as "
                    "flash-linear-attention's chunk kernels do) or direct (the terms of "
-                   "alpha_t <S_{t-1}, dS_t>: a scan, autodiff). Default unknown, judged as the "
-                   "identity, which errs up to ~40x more under strong decay: give direct for a "
-                   "sharper dlog_alpha verdict. Built-in kernels carry their own")
+                   "alpha_t <S_{t-1}, dS_t>: a scan, autodiff). Default unknown: held to the direct "
+                   "form (the most accurate), an identity kernel's dlog_alpha reading 'less "
+                   "accurate' (never FAIL) beyond it; give identity to hold such a kernel to "
+                   "its own design. Built-in kernels carry their own")
     a.add_argument("--decay-form", choices=("segment_sums", "chunk_cumsum"), help="user kernels: "
                    "how they form decays: segment_sums (each exp(b_i - b_j) summed over its own "
                    "steps) or chunk_cumsum (differences of a chunk-local cumulative sum, as "

@@ -184,8 +184,8 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
         ("bhtd"), chunk_size (1 for a step-by-step scan; None, unknown, judges it between the
         extremes), accumulate_dtype (what a 16-bit kernel accumulates in; None: float32),
         dlog_alpha_form ("identity", the reverse cumsum of q.dq - k.dk of flash-linear-attention's
-        chunk kernels, or "direct", a scan or autodiff; None, unknown, judges it as the identity,
-        which errs up to ~40x more under strong decay), decay_form, gate ("scalar" or "vector":
+        chunk kernels, or "direct", a scan or autodiff; None, unknown, holds it to the direct form,
+        an identity kernel's dlog_alpha then less accurate, never a failure), decay_form, gate ("scalar" or "vector":
         GLA's per-key-dimension log_alpha (B, H, T, dk)), grads (the gradients it provides),
         recurrence ("scalar_gate", the default, or "delta": the gated delta rule of
         ``glaref.delta``, a JAX kernel ``(q, k, v, beta, log_alpha, h0) -> o | (o, h_T)``

@@ -19,6 +19,11 @@ Parts (``--parts``, all by default):
               through the same module).
   checkpoint  scan with checkpoint_every=64, fwd_bwd at g2h8_d128 T=8192: compiles, runs, finite.
 
+``--recurrence delta``: the same speed and memory parts for the gated delta rule's kernels
+(glaref.delta.kernels: chunked in the WY / UT form, scan by lax.scan with its written-out adjoint),
+inputs of glaref.delta.regimes' "standard" regime; its target is issue 26's (chunked fwd_bwd at
+least 10x faster than the scan at g2h8_d128 T=2048) and its XLA temp memory is reported.
+
 fwd_bwd is the forward and jax.vjp's backward with random cotangents for o and h_T (the audit's
 own fwd_bwd program). residual_mb counts the bytes JAX saves between forward and backward that
 are not the inputs themselves (``_timing.residual_bytes``, as in the audit's records).
@@ -45,6 +50,9 @@ TARGETS = {
     "fwd_ratio_max": 0.5,                  # chunked fwd / scan fwd at the same shape
     "chunked_fwd_bwd_temp_mb_max": 1284.0,  # the seed's figure at g2h8_d128 T=8192
 }
+# the gated delta rule's kernels (issue 26): the chunked form's fwd_bwd against the scan's
+DELTA_TARGETS = {"fwd_bwd_speedup_min": 10.0}
+RECURRENCE = {"name": "scalar_gate"}       # set by --recurrence before any part runs
 
 
 def device_info() -> dict:
@@ -62,13 +70,32 @@ def _inputs(cfg: str, T: int, seed: int = 0):
     from glaref._inputs import Dims
     from glaref.regimes import make_inputs
     B, G, H, dk, dv = SEED_CONFIGS[cfg]
-    p = make_inputs("standard", Dims(B, G, H, T, dk, dv), seed)
-    arrs32 = [jnp.asarray(x, jnp.float32) for x in (p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T)]
+    if RECURRENCE["name"] == "delta":
+        from glaref.delta.regimes import make_inputs as make_delta
+        dp = make_delta("standard", Dims(B, G, H, T, dk, dv), seed)
+        p = dp.p
+        arrays = (p.q, p.k, p.v, dp.beta, p.log_alpha, p.h0, p.do, p.dh_T)
+    else:
+        p = make_inputs("standard", Dims(B, G, H, T, dk, dv), seed)
+        arrays = (p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T)
+    arrs32 = [jnp.asarray(x, jnp.float32) for x in arrays]
     arrs64 = [np.asarray(x, dtype=np.float64) for x in arrs32]
     return arrs32, arrs64
 
 
+def _n_inputs() -> int:
+    return 6 if RECURRENCE["name"] == "delta" else len(GRADS)
+
+
 def _kernel(impl: str, chunk_size: int, checkpoint_every):
+    if RECURRENCE["name"] == "delta":
+        from glaref.delta import kernels as dk
+        if impl == "chunked":
+            return lambda q, k, v, b, la, h0: dk.chunked(q, k, v, b, la, h0, chunk_size=chunk_size,
+                                                         return_final_state=True)
+        return lambda q, k, v, b, la, h0: dk.scan(q, k, v, b, la, h0,
+                                                  checkpoint_every=checkpoint_every,
+                                                  return_final_state=True)
     from glaref import kernels
     if impl == "chunked":
         return lambda q, k, v, la, h0: kernels.chunked(q, k, v, la, h0, chunk_size=chunk_size,
@@ -79,7 +106,7 @@ def _kernel(impl: str, chunk_size: int, checkpoint_every):
 
 def _fwd_bwd(f):
     from glaref._audit._runners import fwd_bwd_program as fwd_bwd
-    return fwd_bwd(f, final=True)
+    return fwd_bwd(f, final=True, n_inputs=_n_inputs())
 
 
 def _record(impl, mode, cfg, T, **kw):
@@ -120,8 +147,9 @@ def part_accuracy(cfgs, seqs, chunk_size, log):
 def part_timed(impl, mode, cfg, T, chunk_size, checkpoint_every, repeats, log):
     a32, _ = _inputs(cfg, T)
     f = _kernel(impl, chunk_size, checkpoint_every)
+    n = _n_inputs()
     if mode == "fwd":
-        fn, args = f, a32[:5]
+        fn, args = f, a32[:n]
     else:
         fn, args = _fwd_bwd(f), a32
     compiled, compile_s = _timing.compile_fn(fn, args)
@@ -133,7 +161,7 @@ def part_timed(impl, mode, cfg, T, chunk_size, checkpoint_every, repeats, log):
                   chunk_size=chunk_size if impl == "chunked" else None, compile_s=compile_s,
                   **timing, **mem, finite=finite)
     if mode == "fwd_bwd":
-        rec["residual_mb"] = _timing.residual_bytes(f, tuple(a32[:5])) / _timing.MIB
+        rec["residual_mb"] = _timing.residual_bytes(f, tuple(a32[:n])) / _timing.MIB
     log(rec)
     return rec
 
@@ -187,6 +215,17 @@ def evaluate(results) -> list[dict]:
         add("accuracy", None, None, "part not run")
 
     cf, sf = find("chunked", "fwd_bwd", 2048), find("scan", "fwd_bwd", 2048)
+    if RECURRENCE["name"] == "delta":
+        if cf and sf:
+            s = sf["median_ms"] / cf["median_ms"]
+            add("delta: chunked fwd_bwd >= 10x faster than scan fwd_bwd (g2h8_d128 T=2048)", s,
+                s >= DELTA_TARGETS["fwd_bwd_speedup_min"],
+                f"scan {sf['median_ms']:.1f} ms / chunked {cf['median_ms']:.1f} ms")
+        m = find("chunked", "fwd_bwd", 8192)
+        if m and m.get("xla_temp_mb") is not None:
+            add("delta: chunked fwd_bwd XLA temp memory (g2h8_d128 T=8192), reported",
+                m["xla_temp_mb"], True, f"residual_mb {m.get('residual_mb')}")
+        return verdicts
     if cf and sf:
         s = sf["median_ms"] / cf["median_ms"]
         add("chunked fwd_bwd >= 20x faster than scan fwd_bwd (g2h8_d128 T=2048)", s,
@@ -225,8 +264,14 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", default=None, help="write device, config, results and verdicts here")
+    ap.add_argument("--recurrence", default="scalar_gate", choices=("scalar_gate", "delta"),
+                    help="the kernels benchmarked: glaref.kernels or glaref.delta.kernels "
+                         "(delta: the speed and memory parts)")
     args = ap.parse_args(argv)
+    RECURRENCE["name"] = args.recurrence
     parts = [p for p in args.parts.split(",") if p]
+    if args.recurrence == "delta" and set(parts) - {"speed", "memory"}:
+        ap.error("--recurrence delta: only the parts speed and memory (the audit judges accuracy)")
     unknown = set(parts) - {"accuracy", "speed", "memory", "checkpoint"}
     if unknown:
         ap.error(f"--parts: unknown {sorted(unknown)}")
@@ -266,7 +311,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"device": device_info(),
-                       "config": {"configs": SEED_CONFIGS,
+                       "config": {"configs": SEED_CONFIGS, "recurrence": args.recurrence,
                                   "seq_lens": [int(s) for s in args.seqs.split(",") if s],
                                   "chunk_size": cs, "repeats": args.repeats, "targets": TARGETS,
                                   "gates": "log_alpha = logsigmoid(N(0,1)) (regime standard)",

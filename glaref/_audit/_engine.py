@@ -253,8 +253,8 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     (chunked: 64, scan: 1, both accumulating in float32). ``dlog_alpha_form``: how a user kernel
     computes dlog_alpha, "identity" (the reverse-cumsum identity of flash-linear-attention's
     chunk kernels) or "direct" (the genuine terms of alpha_t <S_{t-1}, G_t>: a scan, autodiff of
-    segment sums); None: unknown, judged against the identity's references, which err more (up
-    to ~40x under strong decay), so that a kernel of either form passes.
+    segment sums); None: unknown, held to the direct form's references (the most accurate), the
+    identity's a field design of the envelope: an identity kernel reads less accurate, never FAIL.
 
     gate: "scalar" (log_alpha (B, H, T)) or "vector" (GLA's per-key-dimension gates, log_alpha
     (B, H, T, dk), drawn by every regime per dimension; ``mixed_dims`` mixes near-one, standard
