@@ -185,9 +185,9 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
         extremes), accumulate_dtype (what a 16-bit kernel accumulates in; None: float32),
         dlog_alpha_form ("identity", the reverse cumsum of q.dq - k.dk of flash-linear-attention's
         chunk kernels, or "direct", a scan or autodiff; None, unknown, holds it to the direct form,
-        an identity kernel's dlog_alpha then less accurate, never a failure), decay_form, gate ("scalar" or "vector":
-        GLA's per-key-dimension log_alpha (B, H, T, dk)), grads (the gradients it provides),
-        recurrence ("scalar_gate", the default, or "delta": the gated delta rule of
+        an identity kernel's dlog_alpha then less accurate, never a failure), decay_form, gate
+        ("scalar" or "vector": GLA's per-key-dimension log_alpha (B, H, T, dk)), grads (the
+        gradients it provides), recurrence ("scalar_gate", the default, or "delta": the gated delta rule of
         ``glaref.delta``, a JAX kernel ``(q, k, v, beta, log_alpha, h0) -> o | (o, h_T)``
         judged on its family's regimes, default standard, strong_decay, converged and
         beta_two, by the calibrated tier alone), and
