@@ -18,9 +18,10 @@ from .. import regimes as _regimes
 from .._errors import AuditUsageError, GlarefError
 from .._inputs import Dims, check_cu_seqlens, check_scale, whole_number
 from ._family import SCALAR_GATE, Family
-from ._presets import MODES, Preset, check_config, config_name, parse_config, regime_names
+from ._presets import BUILTIN_IMPLS, MODES, Preset, check_config, config_name, parse_config, regime_names
 
-__all__ = ["FAMILIES", "Rows", "check_preset", "choices", "default_oracle", "family", "integer",
+__all__ = ["FAMILIES", "Rows", "check_preset", "check_user_claims", "choices", "default_oracle",
+           "family", "integer",
            "rows", "split"]
 
 # the family of each recurrence a kernel may claim (``glaref._claims.RECURRENCES``), a
@@ -79,6 +80,19 @@ def choices(name: str, values, allowed: Iterable[str]) -> list[str]:
     if not vals:
         raise AuditUsageError(f"{name}: got nothing, expected one of {allowed}", argument=name)
     return vals
+
+
+def check_user_claims(impls: list, claims) -> None:
+    """chunk_size, accumulate_dtype and dlog_alpha_form (of ``claims``, a ``Claims``) describe
+    user kernels (built-ins carry their own): refused when every kernel is built in, where they
+    would apply to nothing."""
+    given = {n: getattr(claims, n) for n in ("chunk_size", "accumulate_dtype", "dlog_alpha_form")
+             if getattr(claims, n) is not None}
+    if given and all(isinstance(i, str) and i in BUILTIN_IMPLS for i in impls):
+        name, value = next(iter(given.items()))
+        raise AuditUsageError(
+            f"{name}: got {value!r}, but it describes user kernels and every kernel here is "
+            f"built in ({', '.join(impls)}); built-in kernels carry their own", argument=name)
 
 
 def family(recurrence: str) -> Family:

@@ -35,7 +35,6 @@ from .._errors import AuditUsageError, NonFiniteError
 from .._inputs import Dims
 from . import _args, _device, _records, _report
 from ._family import SCALAR_GATE, Family
-from ._presets import BUILTIN_IMPLS
 from ._runners import FrameworkRunner, JaxRunner
 from ._subjects import Subject, framework_subject, resolve
 
@@ -189,18 +188,6 @@ def _probe(a: _Audit, subject: Subject, where: _records.Where, m, problem,
                                   chunk_size=subject.claims.chunk_size, which=a.probes)
 
 
-def _check_user_claims(impl_list: list, chunk_size, accumulate_dtype, dlog_alpha_form) -> None:
-    """chunk_size, accumulate_dtype and dlog_alpha_form describe user kernels (built-ins carry
-    their own): refuse them when every kernel is built in, where they would apply to nothing."""
-    given = {n: v for n, v in (("chunk_size", chunk_size), ("accumulate_dtype", accumulate_dtype),
-                               ("dlog_alpha_form", dlog_alpha_form)) if v is not None}
-    if given and all(isinstance(i, str) and i in BUILTIN_IMPLS for i in impl_list):
-        name, value = next(iter(given.items()))
-        raise AuditUsageError(
-            f"{name}: got {value!r}, but it describes user kernels and every kernel here is "
-            f"built in ({', '.join(impl_list)}); built-in kernels carry their own", argument=name)
-
-
 # ---------------------------------------------------------------- the faces
 
 # audit's keywords beyond its named parameters: the kernels' claims (glaref._claims.parse), and
@@ -341,7 +328,7 @@ def audit_jax(impls: list, rows: _args.Rows, claims: Claims,
     form."""
     if not impls:
         raise AuditUsageError("impl: got no kernel", argument="impl")
-    _check_user_claims(impls, claims.chunk_size, claims.accumulate_dtype, claims.dlog_alpha_form)
+    _args.check_user_claims(impls, claims)
     jax = _device.import_jax()
     device = _device.select_device(how.backend)
     cdtype = _verdict.compute_dtype(claims.dtype, how.precision, device.platform)
