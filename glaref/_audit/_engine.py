@@ -179,7 +179,8 @@ def _probe(a: _Audit, subject: Subject, where: _records.Where, m, problem,
             run.use_row(problem, *m.program)
     else:
         run = _probes.kernel_runner(subject.fn, r.dtype, layout=r.layout, scale=r.scale,
-                                    framework=r.framework, device=r.device)
+                                    framework=r.framework, device=r.device,
+                                    family=a.rows.family)
     judge = _probes.verdict_judge(a.rows.family, scale=a.rows.scale, oracle=a.rows.oracle,
                                   claims=subject.claims, dtypes=m.dtypes, truths=truths)
     ctx = r.precision_ctx() if isinstance(r, JaxRunner) else contextlib.nullcontext()
@@ -387,16 +388,12 @@ def audit_kernel(kernel: Callable, rows: _args.Rows, claims: Claims, *, framewor
     A kernel that raises, or returns the wrong structure, is a failed row. Rows whose oracle side
     would not fit in the host's memory are skipped (``ok`` null) unless ``memory_guard`` is False.
     """
-    if not rows.family.frameworks_too:
-        raise AuditUsageError(f"framework: got {framework!r}, but {rows.family.name!r} kernels "
-                              "are audited as JAX kernels only; expected 'jax'",
-                              argument="framework")
     if framework == "numpy":     # forward only: one "fwd" row where fwd_bwd was asked for
         rows = rows.only_forward()
     subject = framework_subject(kernel, claims, packed=rows.packing is not None)
     runner = FrameworkRunner(framework=framework, dtype=claims.dtype, layout=claims.layout,
                              scale=rows.scale, device=device, detected=detected,
-                             operand_dtype=claims.operand_dtype)
+                             operand_dtype=claims.operand_dtype, family=rows.family)
     host = _device.host_available_bytes() if memory_guard else None
     return run_rows(_Audit(runner, [subject], rows, claims, host,
                            check_probes(probes, rows.family)),

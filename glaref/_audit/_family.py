@@ -58,7 +58,9 @@ class Family:
     cotangents); kinds: each array's and output's layout kind (``glaref._inputs.to_canonical``).
     regimes: {name: regime} drawing inputs (each with ``cases(dims)``), all_regimes those
     "all" expands to. make_problem(regime, dims, seed, dtype, gate=, cu_seqlens=): one problem,
-    rounded to dtype; fields(problem): its arrays by name (every name of ``arrays``, None where
+    rounded to dtype, reading its arrays as attributes (``p.q``, ``p.beta``) and replacing them
+    with ``p.with_fields(**changes)`` (how ``glaref._frameworks`` and the probes handle every
+    family's problems); fields(problem): its arrays by name (every name of ``arrays``, None where
     absent). truth(problem, scale, oracle_impl): the oracle's side of a problem (the interface of
     ``_judge.Truth``: forward, grads, scales, references, reference, budget_view, ms, and ``p``,
     the problem's ``glaref._inputs.Problem`` for its dims, offsets and states); truth also runs
@@ -66,9 +68,9 @@ class Family:
     (:class:`Judge`). warm(oracle_impl, gate, packed): compile (or load) the oracle before any
     timing. kernels: the module of the built-in JAX kernels (imported on first use: jax);
     builtin_claims(module, name, claims): a built-in kernel's own claims. presets: {name:
-    Preset}. packed: packed sequences are audited; probes: ``glaref._probes`` applies;
-    frameworks_too: torch and NumPy kernels are audited too (``glaref._frameworks``), not JAX
-    kernels alone.
+    Preset}. packed: packed sequences are audited; probes: ``glaref._probes`` applies.
+    Kernels of every family run in JAX, torch and NumPy (``glaref._frameworks``, given the
+    family's names and kinds).
     header: keys the report's config and every record carry for this family (none for the
     scalar gate, whose reports predate the option).
 
@@ -96,7 +98,6 @@ class Family:
     all_regimes: tuple[str, ...]
     packed: bool = True
     probes: bool = True
-    frameworks_too: bool = True
     header: Mapping[str, str] = field(default_factory=dict)
     causal: tuple[str, ...] = ()
     anticausal: tuple[str, ...] = ()

@@ -320,5 +320,5 @@ DELTA = Family(
     regimes=regimes.REGIMES, make_problem=make_problem, truth=Truth, warm=warm, fields=fields,
     judge=Judge(assess_outputs, locate_nonfinite, mismatches, None, direct_log_alpha=False),
     kernels="glaref.delta.kernels", builtin_claims=builtin_claims, presets=PRESETS,
-    all_regimes=ALL_REGIMES, packed=False, probes=False, frameworks_too=False,
+    all_regimes=ALL_REGIMES, packed=False, probes=False,
     header={"recurrence": "delta"})
