@@ -41,8 +41,6 @@ def test_the_family_plugs_in_by_name_and_its_options_are_checked_once():
     assert _args.family("delta") is DELTA and _args.family("scalar_gate").name == "scalar_gate"
     with pytest.raises(glaref.ClaimError, match="recurrence: got 'nope'"):
         glaref.audit(["scan"], SMALL, [5], recurrence="nope")
-    with pytest.raises(glaref.AuditUsageError, match="cu_seqlens: .* not audited for the delta"):
-        glaref.audit(["scan"], SMALL, [5], recurrence="delta", cu_seqlens="random:2")
     with pytest.raises(glaref.AuditUsageError, match="regime: got 'near_one'"):
         glaref.audit(["scan"], SMALL, [5], recurrence="delta", regimes="near_one")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import glaref
 from glaref.testing import check_kernel
 
 SMALL = "1,1,2,8,6"                 # B, G, H, dk, dv: two heads sharing q, k (G < H)
@@ -87,3 +88,48 @@ def test_a_kernel_taking_the_scalar_gate_arguments_fails_naming_the_error():
     with pytest.raises(AssertionError, match="TypeError"):
         check_kernel(lambda q, k, v, log_alpha, h0: (v, h0), framework="numpy",
                      recurrence="delta", configs=SMALL, seqs=[5], regimes="standard")
+
+
+# ---------------------------------------------------------------- packed sequences
+
+def _leaky(q, k, v, beta, log_alpha, h0, *, cu_seqlens, scale=1.0):
+    """A kernel that runs the packed stream as one sequence from h0[0]: each sequence starts
+    from the state the one before it left (a leak across sequences)."""
+    import jax.numpy as jnp
+
+    from glaref.delta.kernels import scan
+    o, h = scan(q, k, v, beta, log_alpha, h0[:1], scale=scale, return_final_state=True)
+    return o, jnp.repeat(h, h0.shape[0], axis=0)
+
+
+@pytest.mark.parametrize("cu", ["0,5,5,21,40", "random:3"])
+def test_the_built_in_kernels_pass_packed_sequences(cu):
+    pytest.importorskip("jax")
+    recs = glaref.audit(["scan", "chunked"], SMALL, [40], modes="fwd_bwd", repeats=0,
+                        recurrence="delta", regimes="standard,converged", cu_seqlens=cu)
+    assert len(recs) == 4 and all(r["ok"] for r in recs), [r["failures"] for r in recs]
+    for r in recs:
+        assert r["batch"] == 1 and r["cu_seqlens"] is not None
+        assert set(r["reference_ratio"]) >= {"h_T", "beta", "h0"}
+
+
+def test_a_kernel_leaking_state_across_packed_sequences_fails():
+    pytest.importorskip("jax")
+    recs = glaref.audit([_leaky], SMALL, [40], modes="fwd_bwd", repeats=0, recurrence="delta",
+                        regimes="standard", cu_seqlens="0,5,5,21,40")
+    assert recs[0]["ok"] is False and "o" in recs[0]["failed_tier"], recs[0]["failures"]
+
+
+def test_packed_problems_draw_a_state_per_sequence_and_converged_asks_for_its_own():
+    from glaref._inputs import Dims
+    from glaref.delta import regimes
+    cu = np.array([0, 3, 3, 9])
+    dp = regimes.make_inputs("converged", Dims(1, 1, 2, 9, 4, 5), 0, cu_seqlens=cu)
+    assert dp.h0.shape == (3, 2, 4, 5) and dp.dh_T.shape == (3, 2, 4, 5)
+    assert dp.cu_seqlens.tolist() == cu.tolist() and dp.n_states == 3
+    kh = np.repeat(dp.k, 2, axis=1)        # v_t = W_n^T k_t + 1e-6 noise, W_n = h0[n]
+    for n, (t0, t1) in enumerate([(0, 3), (3, 3), (3, 9)]):
+        want = np.einsum("bhtk,hkv->bhtv", kh[:, :, t0:t1], dp.h0[n])
+        assert np.abs(dp.v[:, :, t0:t1] - want).max(initial=0.0) < 1e-5
+    unpacked = regimes.make_inputs("standard", Dims(1, 1, 2, 9, 4, 5), 0)
+    assert unpacked.cu_seqlens is None and unpacked.h0.shape == (1, 2, 4, 5)

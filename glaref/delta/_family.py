@@ -71,10 +71,10 @@ PRESETS: dict[str, Preset] = {
 
 def make_problem(regime: str, dims: Dims, seed: int, dtype: str, *, gate: str = "scalar",
                  cu_seqlens=None) -> DeltaProblem:
-    """The problem of one row: ``glaref.delta.regimes.make_inputs`` with every array (beta
-    included) rounded to ``dtype`` and widened back to float64. Packed sequences are not
-    audited for this family (``Family.packed``), so ``cu_seqlens`` is always None here."""
-    dp = regimes.make_inputs(regime, dims, seed, gate=gate)
+    """The problem of one row: ``glaref.delta.regimes.make_inputs`` (``gate``, packed
+    sequences ``cu_seqlens`` as there) with every array (beta included) rounded to ``dtype`` and
+    widened back to float64."""
+    dp = regimes.make_inputs(regime, dims, seed, gate=gate, cu_seqlens=cu_seqlens)
     return DeltaProblem(round_problem(dp.p, dtype), round_to_dtype(dp.beta, dtype))
 
 
@@ -295,7 +295,8 @@ def mismatches(truth: Truth, per: dict[str, _verdict.Assessment],
 
 
 def warm(impl: str, gate: str = "scalar", packed: bool = False) -> None:
-    """Compile the Numba oracle (if cached, load it) for ``gate`` outside every timing."""
+    """Compile the Numba oracle (if cached, load it) for ``gate`` and packing outside every
+    timing."""
     be = backend(impl)
     rng = np.random.default_rng(0)
     q = rng.standard_normal((1, 1, 3, 2))
@@ -305,6 +306,11 @@ def warm(impl: str, gate: str = "scalar", packed: bool = False) -> None:
     h0 = np.zeros((1, 1, 2, 2))
     be.forward(q, q, v, beta, la, h0, 1.0)
     be.vjp(q, q, v, beta, la, h0, v, h0, 1.0)
+    if packed:
+        cu = np.array([0, 1, 3])
+        h0 = np.zeros((2, 1, 2, 2))
+        be.forward(q, q, v, beta, la, h0, 1.0, cu_seqlens=cu)
+        be.vjp(q, q, v, beta, la, h0, v, h0, 1.0, cu_seqlens=cu)
 
 
 def builtin_claims(module, name: str, claims: Claims) -> Claims:
@@ -320,5 +326,5 @@ DELTA = Family(
     regimes=regimes.REGIMES, make_problem=make_problem, truth=Truth, warm=warm, fields=fields,
     judge=Judge(assess_outputs, locate_nonfinite, mismatches, None, direct_log_alpha=False),
     kernels="glaref.delta.kernels", builtin_claims=builtin_claims, presets=PRESETS,
-    all_regimes=ALL_REGIMES, packed=False, probes=False,
+    all_regimes=ALL_REGIMES, probes=False,
     header={"recurrence": "delta"})
