@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import glaref
+from glaref._inputs import Dims
 from glaref.testing import check_kernel
 
 SMALL = "1,1,2,8,6"                 # B, G, H, dk, dv: two heads sharing q, k (G < H)
@@ -121,7 +122,6 @@ def test_a_kernel_leaking_state_across_packed_sequences_fails():
 
 
 def test_packed_problems_draw_a_state_per_sequence_and_converged_asks_for_its_own():
-    from glaref._inputs import Dims
     from glaref.delta import regimes
     cu = np.array([0, 3, 3, 9])
     dp = regimes.make_inputs("converged", Dims(1, 1, 2, 9, 4, 5), 0, cu_seqlens=cu)
@@ -133,3 +133,130 @@ def test_packed_problems_draw_a_state_per_sequence_and_converged_asks_for_its_ow
         assert np.abs(dp.v[:, :, t0:t1] - want).max(initial=0.0) < 1e-5
     unpacked = regimes.make_inputs("standard", Dims(1, 1, 2, 9, 4, 5), 0)
     assert unpacked.cu_seqlens is None and unpacked.h0.shape == (1, 2, 4, 5)
+
+
+# ---------------------------------------------------------------- probes
+
+def _reads_ahead(q, k, v, beta, log_alpha, h0, scale=1.0):
+    """glaref.delta.kernels.scan, but o_t also takes in 1e-3 v_{t+1}: a dependence on the next
+    step that no correct kernel has."""
+    import jax.numpy as jnp
+
+    from glaref.delta.kernels import scan
+    o, h = scan(q, k, v, beta, log_alpha, h0, scale=scale, return_final_state=True)
+    ahead = jnp.concatenate([v[:, :, 1:], jnp.zeros_like(v[:, :, :1])], axis=2)
+    return o + 1e-3 * ahead, h
+
+
+def _flip(o):
+    """~10% of o's elements, drawn afresh on every call, times (1 + 2^-23): one float32 ulp."""
+    o = np.asarray(o)
+    return np.where(np.random.default_rng().random(o.shape) < 0.1, 1.0 + 2.0**-23,
+                    1.0).astype(o.dtype)
+
+
+def _nondeterministic(q, k, v, beta, log_alpha, h0, scale=1.0):
+    import jax
+
+    from glaref.delta.kernels import scan
+    o, h = scan(q, k, v, beta, log_alpha, h0, scale=scale, return_final_state=True)
+    factor = jax.pure_callback(_flip, jax.ShapeDtypeStruct(o.shape, o.dtype),
+                               jax.lax.stop_gradient(o))
+    return o * jax.lax.stop_gradient(factor), h
+
+
+def test_the_oracle_declares_what_the_causality_probe_checks():
+    """The family's causal and anticausal outputs, as the oracle shows them: changing steps
+    t >= P leaves o, dq at t < P unchanged (and moves dk, dv, dbeta, dlog_alpha there);
+    changing steps t < P and h0 leaves dv at t >= P unchanged (and moves dq, dk, dbeta,
+    dlog_alpha there)."""
+    from glaref.delta import vjp
+    from glaref.delta._family import DELTA, perturb
+
+    p = DELTA.make_problem("standard", Dims(1, 1, 2, 12, 4, 3), 0, "float64")
+    names = ("dq", "dk", "dv", "dbeta", "dlog_alpha")
+
+    def grads(x):
+        return dict(zip(names, vjp(x.q, x.k, x.v, x.beta, x.log_alpha, x.h0, x.do, x.dh_T,
+                                   impl="numpy")))
+
+    def changed(steps, extra):
+        rng = np.random.default_rng(1)
+        new = {n: np.array(getattr(p, n)) for n in ("q", "k", "v", "beta", "log_alpha", "do")}
+        for n, x in new.items():
+            x[:, :, steps] = perturb(n, x[:, :, steps], rng)
+        return grads(p.with_fields(**new, **extra))
+
+    P, g0 = 6, grads(p)
+    late = changed(slice(P, None), {"dh_T": p.dh_T + 1.0})
+    early = changed(slice(0, P), {"h0": p.h0 + 1.0})
+    moved_before = {n for n in names if not np.array_equal(g0[n][:, :, :P], late[n][:, :, :P])}
+    moved_after = {n for n in names if not np.array_equal(g0[n][:, :, P:], early[n][:, :, P:])}
+    assert moved_before == {"dk", "dv", "dbeta", "dlog_alpha"}
+    assert moved_after == {"dq", "dk", "dbeta", "dlog_alpha"}
+    assert DELTA.causal == ("o", "dq") and DELTA.anticausal == ("dv",)
+
+
+def test_the_perturbation_keeps_beta_in_its_range_and_the_gates_decaying():
+    from glaref.delta._family import perturb
+
+    rng = np.random.default_rng(0)
+    beta = rng.uniform(1.5, 2.0, (1, 2, 50))
+    new = perturb("beta", beta, rng)
+    assert new.min() >= beta.min() and new.max() <= beta.max() and not np.array_equal(new, beta)
+    la = -rng.random((1, 2, 50))
+    assert (perturb("log_alpha", la, rng) <= 0).all()
+    k = rng.standard_normal((1, 1, 50, 8))
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)
+    assert np.allclose(np.linalg.norm(perturb("k", k, rng), axis=-1), 1.0)
+
+
+def test_the_chunked_kernel_passes_the_bit_identity_probes():
+    pytest.importorskip("jax")
+    which = ("determinism", "causality", "packed")
+    recs = glaref.audit(["chunked"], SMALL, [40], modes="fwd_bwd", repeats=0,
+                        recurrence="delta", regimes="standard", probes=",".join(which))
+    assert recs[0]["ok"] and [(p["probe"], p["passed"]) for p in recs[0]["probes"]] == \
+        [(w, True) for w in which], recs[0]["probes"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("regime", ["standard", "strong_decay", "beta_two"])
+def test_the_built_in_kernels_pass_every_probe(regime):
+    pytest.importorskip("jax")
+    recs = glaref.audit(["scan", "chunked"], SMALL, [40], modes="fwd_bwd", repeats=0,
+                        recurrence="delta", regimes=regime, probes=True)
+    for r in recs:
+        assert r["ok"], [p for p in r["probes"] if not p["passed"]]
+        assert {p["probe"]: p["passed"] for p in r["probes"]} == dict.fromkeys(
+            ("determinism", "causality", "packed", "cotangents", "chunk_sweep"), True)
+
+
+def test_a_delta_kernel_reading_one_step_ahead_fails_causality():
+    pytest.importorskip("jax")
+    from glaref import _probes
+    from glaref.delta._family import DELTA
+
+    p = DELTA.make_problem("standard", Dims(1, 1, 2, 20, 8, 6), 0, "float32")
+    r = _probes.causality(_probes.jax_runner(_reads_ahead, "float32", DELTA), p, DELTA)
+    assert r.passed is False and "o at (0, 0, 10, 0) (inputs changed at t >= 11)" in r.detail, \
+        r.detail
+
+
+def test_a_nondeterministic_delta_kernel_fails_determinism():
+    pytest.importorskip("jax")
+    from glaref import _probes
+    from glaref.delta._family import DELTA
+
+    p = DELTA.make_problem("standard", Dims(1, 1, 2, 20, 8, 6), 0, "float32")
+    r = _probes.determinism(_probes.jax_runner(_nondeterministic, "float32", DELTA), p)
+    assert r.passed is False and "o at" in r.detail, r.detail
+
+
+def test_a_torch_kernel_of_the_family_is_probed():
+    pytest.importorskip("torch")
+    recs = check_kernel(_torch_gdn(), framework="torch", chunk_size=1, recurrence="delta",
+                        configs=SMALL, seqs=[9], regimes="standard",
+                        probes="determinism,causality,cotangents")
+    assert [(p["probe"], p["passed"]) for p in recs[0]["probes"]] == [
+        ("determinism", True), ("causality", True), ("cotangents", True)]

@@ -34,7 +34,6 @@ from .._claims import Claims
 from .._errors import AuditUsageError, NonFiniteError
 from .._inputs import Dims
 from . import _args, _device, _records, _report
-from ._family import SCALAR_GATE, Family
 from ._presets import BUILTIN_IMPLS
 from ._runners import FrameworkRunner, JaxRunner
 from ._subjects import Subject, framework_subject, resolve
@@ -229,7 +228,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
         linear attention; "delta", the gated delta rule of ``glaref.delta``, whose kernels are
         ``(q, k, v, beta, log_alpha, h0) -> o | (o, h_T)`` (beta (B, H, T)), its built-in
         kernels, presets and regimes (``glaref.delta._family``) and verdict (calibrated tier
-        only: its proven tier has no finite bound yet). No packed sequences or probes there.
+        only: its proven tier has no finite bound yet).
     impls: built-in names ("chunked", "scan"), "package.module:function",
         "path/to/file.py:function" or callables ``(q, k, v, log_alpha, h0) -> o | (o, h_T)``.
     configs: preset names, "B,G,H,dk,dv" strings or {name: (B, G, H, dk, dv)}.
@@ -296,7 +295,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     if json_path is not None:
         json_path = _report.check_output(json_path, "json_path")
     how = JaxOptions(preset, run["precision"], run["backend"], reps, json_path, on_record,
-                     progress, run["memory_guard"], check_probes(run["probes"], fam))
+                     progress, run["memory_guard"], check_probes(run["probes"]))
     return [r.to_json() for r in audit_jax(impl_list, rows, claims, how)]
 
 
@@ -321,15 +320,10 @@ class JaxOptions:
                                   "as 'cpu' or 'gpu', or None", argument="backend")
 
 
-def check_probes(probes, fam: Family = SCALAR_GATE) -> tuple[str, ...]:
-    """``probes`` as the audit takes it (None/False, True/"all", or names), checked; refused
-    for a recurrence family the probes do not apply to."""
+def check_probes(probes) -> tuple[str, ...]:
+    """``probes`` as the audit takes it (None/False, True/"all", or names), checked."""
     if probes is None or probes is False:
         return ()
-    if not fam.probes:
-        raise AuditUsageError(f"probes: got {probes!r}, but the probes apply to the scalar-gate "
-                              f"recurrence only, not {fam.name!r}; expected None",
-                              argument="probes")
     if probes is True or probes == "all":
         return _probes.PROBES
     return tuple(_args.choices("probes", probes, _probes.PROBES))
@@ -396,5 +390,5 @@ def audit_kernel(kernel: Callable, rows: _args.Rows, claims: Claims, *, framewor
                              operand_dtype=claims.operand_dtype, family=rows.family)
     host = _device.host_available_bytes() if memory_guard else None
     return run_rows(_Audit(runner, [subject], rows, claims, host,
-                           check_probes(probes, rows.family)),
+                           check_probes(probes)),
                     _Sink(0, None, None, None))

@@ -68,9 +68,9 @@ class Family:
     (:class:`Judge`). warm(oracle_impl, gate, packed): compile (or load) the oracle before any
     timing. kernels: the module of the built-in JAX kernels (imported on first use: jax);
     builtin_claims(module, name, claims): a built-in kernel's own claims. presets: {name:
-    Preset}. packed: packed sequences are audited; probes: ``glaref._probes`` applies.
-    Kernels of every family run in JAX, torch and NumPy (``glaref._frameworks``, given the
-    family's names and kinds).
+    Preset}. Every family is audited alike: kernels in JAX, torch and NumPy
+    (``glaref._frameworks``, given the family's names and kinds), packed sequences (its
+    make_problem's ``cu_seqlens``) and the probes (``glaref._probes``).
     header: keys the report's config and every record carry for this family (none for the
     scalar gate, whose reports predate the option).
 
@@ -96,8 +96,6 @@ class Family:
     builtin_claims: Callable[[Any, str, Claims], Claims]
     presets: Mapping[str, Preset]
     all_regimes: tuple[str, ...]
-    packed: bool = True
-    probes: bool = True
     header: Mapping[str, str] = field(default_factory=dict)
     causal: tuple[str, ...] = ()
     anticausal: tuple[str, ...] = ()

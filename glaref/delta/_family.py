@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .. import _baseline as _rounding
-from .. import _metrics, _verdict
+from .. import _metrics, _probes, _verdict
 from .._audit import _presets
 from .._audit._family import Family, Judge
 from .._audit._presets import Preset
@@ -313,6 +313,27 @@ def warm(impl: str, gate: str = "scalar", packed: bool = False) -> None:
         be.vjp(q, q, v, beta, la, h0, v, h0, 1.0, cu_seqlens=cu)
 
 
+def perturb(name: str, part: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The probes' perturbation (``glaref._probes.perturb``: a random factor and shift) kept in
+    each input's range: beta drawn again within the part's own range (its regime's: (0, 1),
+    (1.5, 2), ...; scaled down by a factor in [0.5, 1) where the part holds one value), log_alpha
+    scaled by a factor in [0.5, 1.5) (its sign kept: <= 0 decays), each key row rescaled to its
+    old norm (L2-normalised keys stay normalised, so beta ||k||^2 keeps its regime's range)."""
+    if name == "beta":
+        lo, hi = (float(part.min()), float(part.max())) if part.size else (0.0, 0.0)
+        if hi > lo:
+            return rng.uniform(lo, hi, part.shape)
+        return part * rng.uniform(0.5, 1.0, part.shape)
+    if name == "log_alpha":
+        return part * rng.uniform(0.5, 1.5, part.shape)
+    new = _probes.perturb(name, part, rng)
+    if name == "k":
+        old = np.linalg.norm(part, axis=-1, keepdims=True)
+        now = np.linalg.norm(new, axis=-1, keepdims=True)
+        new = new * np.divide(old, now, out=np.zeros_like(now), where=now > 0)
+    return new
+
+
 def builtin_claims(module, name: str, claims: Claims) -> Claims:
     """``glaref.delta.kernels``' ``name``: the chunked kernel judged at its default chunk
     length, the scan step by step, both accumulating in float32, decays from segment sums."""
@@ -326,5 +347,8 @@ DELTA = Family(
     regimes=regimes.REGIMES, make_problem=make_problem, truth=Truth, warm=warm, fields=fields,
     judge=Judge(assess_outputs, locate_nonfinite, mismatches, None, direct_log_alpha=False),
     kernels="glaref.delta.kernels", builtin_claims=builtin_claims, presets=PRESETS,
-    all_regimes=ALL_REGIMES, probes=False,
-    header={"recurrence": "delta"})
+    all_regimes=ALL_REGIMES, header={"recurrence": "delta"},
+    # o_t and dq_t = scale S_t do_t read steps s <= t only; dv_t = beta_t G_t^T k_t reads
+    # G_t, made of do_t and the later steps alone (C_{t-1} = A_t (G_t - beta_t k_t du_t^T));
+    # dk_t, dbeta_t and dlog_alpha_t multiply G_t by S~_t, u_t or r_t: past and future both
+    causal=("o", "dq"), anticausal=("dv",), perturb=perturb)
