@@ -260,3 +260,20 @@ def test_a_torch_kernel_of_the_family_is_probed():
                         probes="determinism,causality,cotangents")
     assert [(p["probe"], p["passed"]) for p in recs[0]["probes"]] == [
         ("determinism", True), ("causality", True), ("cotangents", True)]
+
+
+# ---------------------------------------------------------------- the report and the guard
+
+def test_the_summary_names_the_proven_bound_only_where_it_bounded_something():
+    from glaref._audit._report import summary
+    from glaref.tolerances import tol
+
+    R = f"{tol('calibrated_ratio'):g}x"
+    recs = check_kernel(_numpy_gdn, framework="numpy", chunk_size=1, recurrence="delta",
+                        configs=SMALL, seqs=[7], regimes="standard")
+    code, line = summary(recs)
+    assert code == 0 and line.startswith(f"OK: 1 rows within {R} the reference kernels' error; ran")
+    scalar = check_kernel(lambda q, k, v, la, h0: glaref.forward(q, k, v, la, h0),
+                          framework="numpy", configs=SMALL, seqs=[7], regimes="standard",
+                          dtype="float64", compute_dtype="float64")
+    assert "error and the proven bound; ran" in summary(scalar)[1]
