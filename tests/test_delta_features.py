@@ -277,3 +277,39 @@ def test_the_summary_names_the_proven_bound_only_where_it_bounded_something():
                           framework="numpy", configs=SMALL, seqs=[7], regimes="standard",
                           dtype="float64", compute_dtype="float64")
     assert "error and the proven bound; ran" in summary(scalar)[1]
+
+
+def test_the_memory_guard_counts_the_familys_oracle_side(monkeypatch):
+    """The delta family's estimate covers the peak its oracle side holds (the float64 oracle in
+    NumPy, its scales and the three reference kernels of an unknown structure, traced), counts
+    more than the scalar gate's for the same sizes (beta, a third reference kernel), and a row
+    beyond the host's memory is skipped, naming it."""
+    import tracemalloc
+
+    from glaref._audit import _device, _engine
+    from glaref._audit._family import SCALAR_GATE
+    from glaref._verdict import reference_arithmetic
+    from glaref.delta._family import DELTA
+
+    d = Dims(1, 1, 2, 256, 16, 16)          # arrays, not fixed overheads, dominate
+    arith = reference_arithmetic("float32", "float32", None)
+
+    def oracle_side():
+        t = DELTA.truth(DELTA.make_problem("standard", d, 0, "float32"), 1.0, "numpy")
+        t.forward(), t.grads(True), t.scales(True, True), t.references(True, True, None, arith)
+        return t
+
+    oracle_side()                       # compiled and imported outside the trace
+    tracemalloc.start()
+    try:
+        oracle_side()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    need = _engine.oracle_bytes(d, ["fwd", "fwd_bwd"], DELTA)
+    assert peak <= need and need > _engine.oracle_bytes(d, ["fwd", "fwd_bwd"], SCALAR_GATE)
+    monkeypatch.setattr(_device, "host_available_bytes", lambda: need - 1)
+    recs = glaref.audit(["scan"], "1,1,2,16,16", [256], modes="fwd_bwd", repeats=0,
+                        recurrence="delta", regimes="standard")
+    assert recs[0]["ok"] is None and recs[0]["skipped"].startswith(
+        f"the oracle needs about {need / 2**30:.3g} GiB"), recs[0]

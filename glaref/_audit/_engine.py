@@ -34,6 +34,7 @@ from .._claims import Claims
 from .._errors import AuditUsageError, NonFiniteError
 from .._inputs import Dims
 from . import _args, _device, _records, _report
+from ._family import SCALAR_GATE, Family
 from ._presets import BUILTIN_IMPLS
 from ._runners import FrameworkRunner, JaxRunner
 from ._subjects import Subject, framework_subject, resolve
@@ -41,35 +42,17 @@ from ._subjects import Subject, framework_subject, resolve
 __all__ = ["JaxOptions", "audit", "audit_jax", "audit_kernel", "oracle_bytes", "run_rows"]
 
 
-def oracle_bytes(dims: Dims, modes: Iterable[str]) -> int:
-    """About the most host memory the engine's float64 arrays of one problem take at once.
-
-    Counted in float64 elements, with qk = B G T dk (q, k, dq, dk), v = B H T dv (v, do, o, dv),
-    hk = B H T dk (per-head dq, dk), g = B H T (log_alpha and its gradient), s = B H dk dv
-    (h0, dh_T, h_T, dh0): the inputs and cotangents twice (generated, then rounded to the audited
-    dtype; the copy handed to the kernel is the second on a CPU), the forward, its error scales
-    and the two same-precision reference kernels' outputs (``glaref._baseline``), and for fwd_bwd
-    the gradients, their scales (from per-head gradients), |inputs| and the references' gradients.
-    Within 10 % of the peak measured on the seed's largest config (4, 2, 8, 128, 128) at T = 8192.
-    """
-    B, G, H, T, dk, dv = dims.B, dims.G, dims.H, dims.T, dims.dk, dims.dv
-    qk, v, hk, g, s = B * G * T * dk, B * H * T * dv, B * H * T * dk, B * H * T, B * H * dk * dv
-    inputs = 2 * qk + 2 * v + g + 2 * s
-    grads = 2 * qk + v + g + s
-    n = 2 * inputs + 2 * (v + s)                               # inputs twice, forward, its scales
-    n += 2 * (v + s)                                           # the references' forward
-    if "fwd_bwd" in modes:
-        n += grads                                             # gradients
-        n += (2 * qk + 2 * v + 2 * s)                          # |inputs| for the scales
-        n += (2 * qk + v + 2 * g + s) + 2 * hk                 # gradient scales, per-head dq, dk
-        n += 2 * (v + s + grads)                               # the references' fwd_bwd
-    return 8 * n
+def oracle_bytes(dims: Dims, modes: Iterable[str], family: Family = SCALAR_GATE) -> int:
+    """About the most host memory the engine's float64 arrays of one problem of ``family`` take
+    at once (``Family.oracle_bytes``)."""
+    return family.oracle_bytes(dims, modes)
 
 
-def _oracle_memory(dims: Dims, modes: Iterable[str], host: int | None) -> str | None:
+def _oracle_memory(dims: Dims, modes: Iterable[str], host: int | None,
+                   family: Family) -> str | None:
     """Why glaref declines a problem: its oracle side (``oracle_bytes``) would not fit in the
     ``host`` bytes available (None: unknown, or the guard is off), else None."""
-    need = oracle_bytes(dims, modes)
+    need = oracle_bytes(dims, modes, family)
     if host is None or need <= host:
         return None
     return (f"the oracle needs about {need / 2**30:.3g} GiB of host memory for this problem "
@@ -129,7 +112,7 @@ def _problem_rows(a: _Audit, sink: _Sink, regime: str, cname: str, dims: Dims) -
     """Every row (mode x kernel) of one problem: declined when the oracle's side would not fit
     in the host's memory, else the problem made, its oracle run once and each row measured."""
     where = _records.Where(cname, dims, regime)
-    reason = _oracle_memory(dims, a.rows.modes, a.host)
+    reason = _oracle_memory(dims, a.rows.modes, a.host, a.rows.family)
     if reason is not None:
         for mode in a.rows.modes:
             for subject in a.subjects:

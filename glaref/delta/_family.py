@@ -313,6 +313,30 @@ def warm(impl: str, gate: str = "scalar", packed: bool = False) -> None:
         be.vjp(q, q, v, beta, la, h0, v, h0, 1.0, cu_seqlens=cu)
 
 
+def oracle_bytes(dims: Dims, modes) -> int:
+    """About the most host memory the oracle side of one problem holds at once, counted in
+    float64 elements as ``glaref._audit._family``'s scalar-gate estimate counts them, with
+    beta and its gradient (g = B H T each, beside log_alpha's) and the delta yardstick's
+    reference kernels: up to three (the scan, the WY / UT form with segment-sum and with
+    chunk-local cumsum decays, for a kernel of unknown structure), each keeping its outputs,
+    and the largest temporary of the chunked form, its (C, C) triangular matrices per chunk
+    (B H T C elements at C = ``_baseline.CHUNK``) beside one chunk's states."""
+    B, G, H, T, dk, dv = dims.B, dims.G, dims.H, dims.T, dims.dk, dims.dv
+    qk, v, g, s = B * G * T * dk, B * H * T * dv, B * H * T, B * H * dk * dv
+    refs = len(_designs.yardstick(None).designs)
+    inputs = 2 * qk + 2 * v + 2 * g + 2 * s                    # q, k, v, do, beta, log_alpha, ...
+    grads = 2 * qk + v + 2 * g + s
+    n = 2 * inputs + 2 * (v + s)                               # inputs twice, forward, its scales
+    n += refs * (v + s)                                        # the references' forward
+    n += B * H * T * _baseline.CHUNK                           # the chunked form's temporaries
+    if "fwd_bwd" in modes:
+        n += grads                                             # gradients
+        n += inputs                                            # |inputs| for the scales
+        n += grads                                             # gradient scales
+        n += refs * (v + s + grads)                            # the references' fwd_bwd
+    return 8 * n
+
+
 def perturb(name: str, part: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """The probes' perturbation (``glaref._probes.perturb``: a random factor and shift) kept in
     each input's range: beta drawn again within the part's own range (its regime's: (0, 1),
@@ -347,7 +371,7 @@ DELTA = Family(
     regimes=regimes.REGIMES, make_problem=make_problem, truth=Truth, warm=warm, fields=fields,
     judge=Judge(assess_outputs, locate_nonfinite, mismatches, None, direct_log_alpha=False),
     kernels="glaref.delta.kernels", builtin_claims=builtin_claims, presets=PRESETS,
-    all_regimes=ALL_REGIMES, header={"recurrence": "delta"},
+    all_regimes=ALL_REGIMES, oracle_bytes=oracle_bytes, header={"recurrence": "delta"},
     # o_t and dq_t = scale S_t do_t read steps s <= t only; dv_t = beta_t G_t^T k_t reads
     # G_t, made of do_t and the later steps alone (C_{t-1} = A_t (G_t - beta_t k_t du_t^T));
     # dk_t, dbeta_t and dlog_alpha_t multiply G_t by S~_t, u_t or r_t: past and future both
