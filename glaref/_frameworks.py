@@ -8,12 +8,13 @@
     run.error      # None, or {"stage", "type", "message", "traceback"} when the kernel raised
 
 A kernel is a callable ``(q, k, v, log_alpha, h0) -> o | (o, h_T)`` on arrays of its framework in
-``layout``; when its signature takes ``scale`` it receives it, otherwise it must apply the scale
-itself (as in the audit). The gradients are those of L = sum(o * do) + sum(h_T * dh_T) with the
-problem's cotangents, cast to the dtype of the output they pair with: torch through
-``torch.autograd.grad`` (a custom ``autograd.Function`` is what runs), JAX through ``jax.vjp`` (a
-``custom_vjp`` is what runs), NumPy forward only. A torch kernel whose outputs do not require grad
-is run forward only, and says why (``run.no_grads``).
+``layout`` (another recurrence family's arguments when ``family=`` is given: the gated delta rule's
+``(q, k, v, beta, log_alpha, h0)``); when its signature takes ``scale`` it receives it, otherwise
+it must apply the scale itself (as in the audit). The gradients are those of L = sum(o * do) +
+sum(h_T * dh_T) with the problem's cotangents, cast to the dtype of the output they pair with:
+torch through ``torch.autograd.grad`` (a custom ``autograd.Function`` is what runs), JAX through
+``jax.vjp`` (a ``custom_vjp`` is what runs), NumPy forward only. A torch kernel whose outputs do
+not require grad is run forward only, and says why (``run.no_grads``).
 
 No verdict here: this module only runs and converts (the judge is glaref's verdict). torch and jax
 are imported only when a kernel of theirs is run; a kernel that raises is reported in ``error``,
@@ -46,6 +47,29 @@ from ._inputs import (
 )
 
 FRAMEWORKS = ("torch", "numpy", "jax")
+
+
+@dataclass(frozen=True)
+class _Names:
+    """The arrays of a recurrence family as a run reads them: inputs (the kernel's arguments,
+    in order, each with a gradient), arrays (inputs and cotangents), outputs, kinds (layout
+    kind of each: ``to_canonical``)."""
+
+    inputs: tuple[str, ...]
+    arrays: tuple[str, ...]
+    outputs: tuple[str, ...]
+    kinds: dict
+
+
+_SCALAR_GATE = _Names(GRADS, ARRAYS, FORWARD, _KIND)
+
+
+def _names(family) -> _Names:
+    """The names of ``family`` (``glaref._audit._family.Family``; None: the scalar gate's)."""
+    if family is None:
+        return _SCALAR_GATE
+    return _Names(tuple(family.inputs), tuple(family.arrays), tuple(family.outputs),
+                  dict(family.kinds))
 
 
 @dataclass
@@ -213,20 +237,22 @@ def _problem_error(stage: str, message: str) -> dict[str, str]:
     return {"stage": stage, "type": "KernelOutputError", "message": message, "traceback": ""}
 
 
-def _kernel_arrays(p: Problem, layout: str) -> dict[str, np.ndarray]:
+def _kernel_arrays(p: Problem, layout: str, nm: _Names) -> dict[str, np.ndarray]:
     """Inputs and cotangents of ``p`` in ``layout`` (float64)."""
     out = {}
-    for name in ARRAYS:
+    for name in nm.arrays:
         x = getattr(p, name)
-        out[name] = None if x is None else from_canonical(x, _KIND[name], layout)
+        out[name] = None if x is None else from_canonical(x, nm.kinds[name], layout)
     return out
 
 
-def _canonical_problem(arrays: dict[str, np.ndarray], p: Problem, layout: str) -> Problem:
-    """The float64 canonical problem from the arrays the kernel received (already float64)."""
-    vals = {n: (None if arrays[n] is None else to_canonical(arrays[n], _KIND[n], layout))
-            for n in ARRAYS}
-    return Problem(**vals, dims=p.dims, cu_seqlens=p.cu_seqlens)
+def _canonical_problem(arrays: dict[str, np.ndarray], p: Problem, layout: str,
+                       nm: _Names) -> Problem:
+    """The float64 canonical problem from the arrays the kernel received (already float64):
+    ``p`` with each of them in place (``with_fields``)."""
+    return p.with_fields(**{n: (None if arrays[n] is None else
+                                to_canonical(arrays[n], nm.kinds[n], layout))
+                            for n in nm.arrays})
 
 
 def _read(x: Any, name: str, kind: str, layout: str) -> np.ndarray:
@@ -234,14 +260,14 @@ def _read(x: Any, name: str, kind: str, layout: str) -> np.ndarray:
 
 
 def _received(arrays: dict[str, np.ndarray], inputs: dict[str, np.ndarray], p: Problem,
-              layout: str) -> Problem:
+              layout: str, nm: _Names) -> Problem:
     """The canonical problem the kernel received: its ``inputs`` widened back exactly to float64
     (the rounding is the framework's own), and the cotangents of ``arrays``."""
-    return _canonical_problem({**inputs, "do": arrays["do"], "dh_T": arrays["dh_T"]}, p, layout)
+    return _canonical_problem({**arrays, **inputs}, p, layout, nm)
 
 
 def _forward(run: KernelRun, call: Callable[[], Any], p: Problem,
-             layout: str) -> tuple[list, bool] | None:
+             layout: str, nm: _Names) -> tuple[list, bool] | None:
     """Run a kernel's forward (``call()``, its return value) and record it in ``run``
     (final_state, the array framework returned, the forward outputs and their dtypes): (its
     arrays, returns h_T?), or None with ``run.error`` set when it raised or its structure is
@@ -257,15 +283,16 @@ def _forward(run: KernelRun, call: Callable[[], Any], p: Problem,
     if problem is not None:
         run.error = _problem_error("forward", problem)
         return None
-    for name, x in zip(FORWARD, arrays_out):
+    for name, x in zip(nm.outputs, arrays_out):
         run.dtypes[name] = dtype_name(x)
-        run.outputs[name] = _read(x, name, _KIND[name], layout)
+        run.outputs[name] = _read(x, name, nm.kinds[name], layout)
     return arrays_out, final
 
 
 # ---------------------------------------------------------------- the frameworks
 
-def _run_torch(kernel, p, dtype, layout, scale_kw, want_grads, device, run: KernelRun):
+def _run_torch(kernel, p, dtype, layout, scale_kw, want_grads, device, run: KernelRun,
+               nm: _Names):
     try:
         import torch
     except ImportError:
@@ -273,18 +300,19 @@ def _run_torch(kernel, p, dtype, layout, scale_kw, want_grads, device, run: Kern
                           "'glaref[torch]' for the CPU build)") from None
 
     tdtype = getattr(torch, dtype)
-    arrays = _kernel_arrays(p, layout)
+    arrays = _kernel_arrays(p, layout, nm)
     inputs = [torch.from_numpy(np.ascontiguousarray(arrays[n])).to(device=device, dtype=tdtype)
-              for n in GRADS]
+              for n in nm.inputs]
     # what the kernel receives, widened back exactly (the rounding is torch's own)
-    run.inputs = _received(arrays, {n: t.double().cpu().numpy() for n, t in zip(GRADS, inputs)}, p, layout)
+    run.inputs = _received(arrays, {n: t.double().cpu().numpy() for n, t in zip(nm.inputs, inputs)},
+                           p, layout, nm)
     if want_grads:
         for t in inputs:
             t.requires_grad_(True)
     if p.cu_seqlens is not None:    # packed sequences: the offsets as an int64 tensor beside q
         scale_kw = {**scale_kw, "cu_seqlens": torch.as_tensor(np.asarray(p.cu_seqlens, np.int64),
                                                               device=device)}
-    taken = _forward(run, lambda: kernel(*inputs, **scale_kw), p, layout)
+    taken = _forward(run, lambda: kernel(*inputs, **scale_kw), p, layout, nm)
     if taken is None:
         return
     arrays_out, final = taken
@@ -311,11 +339,11 @@ def _run_torch(kernel, p, dtype, layout, scale_kw, want_grads, device, run: Kern
         run.error = _error("backward", exc)
         return
     run.grads = {}
-    for name, t, g in zip(GRADS, inputs, grads):
+    for name, t, g in zip(nm.inputs, inputs, grads):
         if g is None:      # the kernel never read this input: its gradient is exactly zero
             g = torch.zeros_like(t)
         run.dtypes[f"d{name}"] = dtype_name(g)
-        run.grads[name] = _read(g, f"d{name}", _KIND[name], layout)
+        run.grads[name] = _read(g, f"d{name}", nm.kinds[name], layout)
 
 
 def _numpy_dtype(dtype: str):
@@ -329,29 +357,30 @@ def _numpy_dtype(dtype: str):
     return np.dtype(dtype)
 
 
-def _run_numpy(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
+def _run_numpy(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun, nm: _Names):
     npd = _numpy_dtype(dtype)
-    arrays = _kernel_arrays(p, layout)
-    inputs = [np.ascontiguousarray(arrays[n]).astype(npd) for n in GRADS]
-    run.inputs = _received(arrays, {n: x.astype(np.float64) for n, x in zip(GRADS, inputs)}, p, layout)
+    arrays = _kernel_arrays(p, layout, nm)
+    inputs = [np.ascontiguousarray(arrays[n]).astype(npd) for n in nm.inputs]
+    run.inputs = _received(arrays, {n: x.astype(np.float64) for n, x in zip(nm.inputs, inputs)},
+                           p, layout, nm)
     run.no_grads = "NumPy has no automatic differentiation: forward only"
     if p.cu_seqlens is not None:    # packed sequences: the offsets as an int64 array
         scale_kw = {**scale_kw, "cu_seqlens": np.asarray(p.cu_seqlens, np.int64)}
-    taken = _forward(run, lambda: kernel(*inputs, **scale_kw), p, layout)
+    taken = _forward(run, lambda: kernel(*inputs, **scale_kw), p, layout, nm)
     if taken is None:
         return
     arrays_out, final = taken
 
 
-def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
+def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun, nm: _Names):
     import jax
     import jax.numpy as jnp
 
     jd = jnp.dtype(dtype)
-    arrays = _kernel_arrays(p, layout)
-    inputs = [jnp.asarray(np.asarray(arrays[n]).astype(jd)) for n in GRADS]
+    arrays = _kernel_arrays(p, layout, nm)
+    inputs = [jnp.asarray(np.asarray(arrays[n]).astype(jd)) for n in nm.inputs]
     run.inputs = _received(arrays, {n: np.asarray(x).astype(np.float64)
-                                    for n, x in zip(GRADS, inputs)}, p, layout)
+                                    for n, x in zip(nm.inputs, inputs)}, p, layout, nm)
 
     if p.cu_seqlens is not None:    # packed sequences: the offsets (concrete int64) as the audit
         scale_kw = {**scale_kw, "cu_seqlens": np.asarray(p.cu_seqlens, np.int64)}
@@ -368,7 +397,7 @@ def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
             return out
         return fn(*inputs)
 
-    taken = _forward(run, forward, p, layout)
+    taken = _forward(run, forward, p, layout, nm)
     if taken is None:
         return
     arrays_out, final = taken
@@ -386,14 +415,14 @@ def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun):
         run.error = _error("backward", exc)
         return
     run.grads = {}
-    for name, g in zip(GRADS, grads):
+    for name, g in zip(nm.inputs, grads):
         run.dtypes[f"d{name}"] = dtype_name(g)
-        run.grads[name] = _read(g, f"d{name}", _KIND[name], layout)
+        run.grads[name] = _read(g, f"d{name}", nm.kinds[name], layout)
 
 
 def run_kernel(kernel: Callable, problem: Problem, dtype: str = "float32", *, layout: str = "bhtd",
                scale: float = 1.0, framework: str | None = None, grads: bool = True,
-               device: str | None = None) -> KernelRun:
+               device: str | None = None, family=None) -> KernelRun:
     """Run ``kernel`` on ``problem`` (canonical float64, cotangents included) rounded to ``dtype``
     and given in ``layout``; return what it gave (:class:`KernelRun`). Never raises for what the
     kernel does: an exception inside it, or outputs of the wrong structure, land in ``error``.
@@ -403,6 +432,9 @@ def run_kernel(kernel: Callable, problem: Problem, dtype: str = "float32", *, la
     Packed sequences (``problem.cu_seqlens``) reach the kernel as the keyword ``cu_seqlens=``
     (an int64 tensor on ``device`` for torch, an int64 NumPy array otherwise).
     device: torch only, where the inputs are put ("cpu" by default, "cuda" for a GPU kernel).
+    family: the recurrence (``glaref._audit._family.Family``: its inputs, arrays, outputs and
+    kinds, ``problem`` one of its problems); None: the scalar gate's, ``problem`` a
+    ``glaref._inputs.Problem``.
     Bad arguments (an unknown framework, dtype or layout) raise ValueError naming them.
     """
     check_layout(layout)
@@ -410,18 +442,19 @@ def run_kernel(kernel: Callable, problem: Problem, dtype: str = "float32", *, la
         raise DTypeError(f"dtype: got {dtype!r}, expected one of {DTYPES}", argument="dtype")
     if not callable(kernel):
         raise TypeError(f"kernel: got {type(kernel).__name__}, expected a callable "
-                        "(q, k, v, log_alpha, h0) -> o | (o, h_T)")
+                        f"({', '.join(_names(family).inputs)}) -> o | (o, h_T)")
     fw = detect_framework(kernel) if framework is None else framework
     if fw not in FRAMEWORKS:
         raise ValueError(f"framework: got {framework!r}, expected one of {FRAMEWORKS} or None")
     if device is not None and fw != "torch":
         raise ValueError(f"device: got {device!r} for a {fw} kernel, expected None (torch only)")
     scale_kw = {"scale": float(scale)} if accepts(kernel, "scale") else {}
+    nm = _names(family)
     run = KernelRun(framework=fw, dtype=dtype, layout=layout, inputs=problem)
     if fw == "torch":
-        _run_torch(kernel, problem, dtype, layout, scale_kw, grads, device or "cpu", run)
+        _run_torch(kernel, problem, dtype, layout, scale_kw, grads, device or "cpu", run, nm)
     elif fw == "jax":
-        _run_jax(kernel, problem, dtype, layout, scale_kw, grads, run)
+        _run_jax(kernel, problem, dtype, layout, scale_kw, grads, run, nm)
     else:
-        _run_numpy(kernel, problem, dtype, layout, scale_kw, grads, run)
+        _run_numpy(kernel, problem, dtype, layout, scale_kw, grads, run, nm)
     return run

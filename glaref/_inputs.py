@@ -79,6 +79,11 @@ class Problem(NamedTuple):
         """The leading size of h0 and h_T: B, or N with packed sequences."""
         return self.dims.B if self.cu_seqlens is None else len(self.cu_seqlens) - 1
 
+    def with_fields(self, **changes) -> Problem:
+        """This problem with ``changes`` replaced (``_replace``, the name every family's
+        problem answers to: ``glaref.delta._oracle.DeltaProblem.with_fields``)."""
+        return self._replace(**changes)
+
 
 # how each array (ARRAYS and OUTPUTS) moves between layouts: to_canonical's ``kind``
 _KIND = {"q": "qk", "k": "qk", "v": "v", "do": "v", "o": "v", "log_alpha": "gate",

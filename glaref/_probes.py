@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 
-from . import _judge
 from ._frameworks import accepts, detect_framework, run_kernel
 from ._inputs import Dims, Problem, from_canonical, kernel_returns, to_canonical
 from ._problems import round_to_dtype
@@ -116,16 +115,17 @@ Runner = Callable[[Problem, bool], dict[str, np.ndarray]]
 
 
 def kernel_runner(kernel: Callable, dtype: str, *, layout: str = "bhtd", scale: float = 1.0,
-                  framework: str | None = None, device: str | None = None) -> Runner:
+                  framework: str | None = None, device: str | None = None,
+                  family: Family | None = None) -> Runner:
     """A Runner for ``kernel`` (JAX, torch or NumPy, as ``glaref._frameworks.run_kernel`` runs
-    it: ``(q, k, v, log_alpha, h0) -> o | (o, h_T)`` in ``layout``, differentiated by its
-    framework); packed problems pass their offsets as ``cu_seqlens=``."""
+    it: ``(q, k, v, log_alpha, h0) -> o | (o, h_T)`` in ``layout``, or ``family``'s arguments,
+    differentiated by its framework); packed problems pass their offsets as ``cu_seqlens=``."""
     fw = framework or detect_framework(kernel)
 
     def run(p: Problem, grads: bool) -> dict[str, np.ndarray]:
         fn = kernel if p.cu_seqlens is None else functools.partial(kernel, cu_seqlens=p.cu_seqlens)
         r = run_kernel(fn, p, dtype, layout=layout, scale=scale, framework=fw, grads=grads,
-                       device=device)
+                       device=device, family=family)
         if r.error is not None:
             raise KernelFailed(f"{r.error['type']}: {(r.error['message'].splitlines() or [''])[0]}")
         out = dict(r.outputs)
@@ -314,14 +314,16 @@ Judge = Callable[[Problem, dict[str, np.ndarray]], dict[str, str]]
 def verdict_judge(family: Family, *, scale: float = 1.0, oracle: str = "numba", claims=None,
                   dtypes: dict[str, str] | None = None, truths: dict | None = None,
                   **declared) -> Judge:
-    """The audit's verdict (``glaref._judge.assess_outputs`` on ``family``'s oracle side,
-    ``family.truth``) as a Judge: the kernel's ``claims`` (``glaref._claims.Claims``, resolved)
-    or the claim keywords (compute_dtype, chunk_size, ...); ``dtypes``: the dtype name each
-    output was returned in (default float32). ``truths``: a dict in which the oracle's side of
+    """The audit's verdict (``family.judge.assess_outputs``, for the scalar gate
+    ``glaref._judge.assess_outputs``, on ``family``'s oracle side, ``family.truth``) as a
+    Judge: the kernel's ``claims`` (``glaref._claims.Claims``, resolved) or the claim keywords
+    (compute_dtype, chunk_size, ...); ``dtypes``: the dtype name each output was returned in
+    (default float32). ``truths``: a dict in which the oracle's side of
     each problem is kept by the problem's contents (:func:`problem_key`), so that the judges of
     several kernels on the same probe problems compute it once (its reference kernels cached by
     design within it)."""
     nm = view(family)
+    assess = family.judge.assess_outputs
 
     def judge(p: Problem, out: dict[str, np.ndarray]) -> dict[str, str]:
         if truths is None:
@@ -334,8 +336,8 @@ def verdict_judge(family: Family, *, scale: float = 1.0, oracle: str = "numba", 
         canon = {(n if n in nm.outputs else n[1:]): x for n, x in out.items()}
         dts = {n: (dtypes or {}).get(n, "float32") for n in canon}
         grads = any(n in nm.grads for n in out)
-        per = _judge.assess_outputs(truth, canon, dts, final=nm.outputs[-1] in out, grads=grads,
-                                    claims=claims, **declared)
+        per = assess(truth, canon, dts, final=nm.outputs[-1] in out, grads=grads,
+                     claims=claims, **declared)
         return {n: a.reason for n, a in per.items() if not a.ok}
     return judge
 
@@ -447,7 +449,7 @@ def _resample(p: Problem, family: _View, rng: np.random.Generator, steps: slice,
             continue
         y[sel] = family.perturb(n, y[sel], rng)
         new[n] = round_to_dtype(y, dtype)
-    return p._replace(**new)
+    return p.with_fields(**new)
 
 
 def _pad(p: Problem, family: _View, fill: float) -> Problem:
@@ -461,7 +463,7 @@ def _pad(p: Problem, family: _View, fill: float) -> Problem:
             shape[2] = PADDING
             new[n] = np.concatenate([x, np.full(shape, fill)], axis=2)
     d = p.dims
-    return p._replace(dims=Dims(d.B, d.G, d.H, d.T + PADDING, d.dk, d.dv), **new)
+    return p.with_fields(dims=Dims(d.B, d.G, d.H, d.T + PADDING, d.dk, d.dv), **new)
 
 
 def split_step(T: int) -> int:
@@ -622,7 +624,7 @@ def packed(run: Runner, regime: str, dims: Dims, seed: int, dtype: str,
                   "bit-identical"]
         if padded:
             end = int(cu[-1])
-            nans = p._replace(**{n: _nan_tail(getattr(p, n), end) for n in
+            nans = p.with_fields(**{n: _nan_tail(getattr(p, n), end) for n in
                                  fam.inputs + fam.cotangents
                                  if n in fam.timed and getattr(p, n) is not None})
             try:
@@ -667,10 +669,10 @@ def cotangents(run: Runner, p: Problem, judge: Judge, family: Family) -> ProbeRe
     for c in timed:
         one[c] = np.zeros_like(getattr(p, c))
         one[c][:, :, t0] = getattr(p, c)[:, :, t0]
-    cases = {f"{' and '.join(timed)} at t = {t0} only": p._replace(**one, **no_final),
-             f"{' and '.join(timed)} alone": p._replace(**no_final)}
+    cases = {f"{' and '.join(timed)} at t = {t0} only": p.with_fields(**one, **no_final),
+             f"{' and '.join(timed)} alone": p.with_fields(**no_final)}
     if final:
-        cases[f"{' and '.join(final)} alone"] = p._replace(
+        cases[f"{' and '.join(final)} alone"] = p.with_fields(
             **{c: np.zeros_like(getattr(p, c)) for c in timed})
 
     def body():

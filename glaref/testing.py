@@ -187,8 +187,9 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
         chunk kernels, or "direct", a scan or autodiff; None, unknown, holds it to the direct form,
         an identity kernel's dlog_alpha then less accurate, never a failure), decay_form, gate
         ("scalar" or "vector": GLA's per-key-dimension log_alpha (B, H, T, dk)), grads (the
-        gradients it provides), recurrence ("scalar_gate", the default, or "delta": the gated delta rule of
-        ``glaref.delta``, a JAX kernel ``(q, k, v, beta, log_alpha, h0) -> o | (o, h_T)``
+        gradients it provides), recurrence ("scalar_gate", the default, or "delta": the gated
+        delta rule of ``glaref.delta``, a kernel ``(q, k, v, beta, log_alpha, h0) -> o |
+        (o, h_T)`` of any framework
         judged on its family's regimes, default standard, strong_decay, converged and
         beta_two, by the calibrated tier alone), and
         for torch and NumPy kernels compute_dtype (default ``dtype``; "tf32" for float32 matmuls

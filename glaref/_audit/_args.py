@@ -267,9 +267,6 @@ def rows(pre: Preset, *, configs=None, seqs=None, modes=None, regimes=None, seed
     oracle = oracle_impl or default_oracle()
     choices("oracle_impl", oracle, ORACLES)
     packing = _packing(cu_seqlens)
-    if packing is not None and not fam.packed:
-        raise AuditUsageError(f"cu_seqlens: got {cu_seqlens!r}, but packed sequences are not "
-                              f"audited for the {fam.name} recurrence; expected None")
     if isinstance(packing, np.ndarray):
         T_cu = int(packing[-1])
         if seqs is None:

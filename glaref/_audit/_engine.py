@@ -41,35 +41,17 @@ from ._subjects import Subject, framework_subject, resolve
 __all__ = ["JaxOptions", "audit", "audit_jax", "audit_kernel", "oracle_bytes", "run_rows"]
 
 
-def oracle_bytes(dims: Dims, modes: Iterable[str]) -> int:
-    """About the most host memory the engine's float64 arrays of one problem take at once.
-
-    Counted in float64 elements, with qk = B G T dk (q, k, dq, dk), v = B H T dv (v, do, o, dv),
-    hk = B H T dk (per-head dq, dk), g = B H T (log_alpha and its gradient), s = B H dk dv
-    (h0, dh_T, h_T, dh0): the inputs and cotangents twice (generated, then rounded to the audited
-    dtype; the copy handed to the kernel is the second on a CPU), the forward, its error scales
-    and the two same-precision reference kernels' outputs (``glaref._baseline``), and for fwd_bwd
-    the gradients, their scales (from per-head gradients), |inputs| and the references' gradients.
-    Within 10 % of the peak measured on the seed's largest config (4, 2, 8, 128, 128) at T = 8192.
-    """
-    B, G, H, T, dk, dv = dims.B, dims.G, dims.H, dims.T, dims.dk, dims.dv
-    qk, v, hk, g, s = B * G * T * dk, B * H * T * dv, B * H * T * dk, B * H * T, B * H * dk * dv
-    inputs = 2 * qk + 2 * v + g + 2 * s
-    grads = 2 * qk + v + g + s
-    n = 2 * inputs + 2 * (v + s)                               # inputs twice, forward, its scales
-    n += 2 * (v + s)                                           # the references' forward
-    if "fwd_bwd" in modes:
-        n += grads                                             # gradients
-        n += (2 * qk + 2 * v + 2 * s)                          # |inputs| for the scales
-        n += (2 * qk + v + 2 * g + s) + 2 * hk                 # gradient scales, per-head dq, dk
-        n += 2 * (v + s + grads)                               # the references' fwd_bwd
-    return 8 * n
+def oracle_bytes(dims: Dims, modes: Iterable[str], family: Family = SCALAR_GATE) -> int:
+    """About the most host memory the engine's float64 arrays of one problem of ``family`` take
+    at once (``Family.oracle_bytes``)."""
+    return family.oracle_bytes(dims, modes)
 
 
-def _oracle_memory(dims: Dims, modes: Iterable[str], host: int | None) -> str | None:
+def _oracle_memory(dims: Dims, modes: Iterable[str], host: int | None,
+                   family: Family) -> str | None:
     """Why glaref declines a problem: its oracle side (``oracle_bytes``) would not fit in the
     ``host`` bytes available (None: unknown, or the guard is off), else None."""
-    need = oracle_bytes(dims, modes)
+    need = oracle_bytes(dims, modes, family)
     if host is None or need <= host:
         return None
     return (f"the oracle needs about {need / 2**30:.3g} GiB of host memory for this problem "
@@ -129,7 +111,7 @@ def _problem_rows(a: _Audit, sink: _Sink, regime: str, cname: str, dims: Dims) -
     """Every row (mode x kernel) of one problem: declined when the oracle's side would not fit
     in the host's memory, else the problem made, its oracle run once and each row measured."""
     where = _records.Where(cname, dims, regime)
-    reason = _oracle_memory(dims, a.rows.modes, a.host)
+    reason = _oracle_memory(dims, a.rows.modes, a.host, a.rows.family)
     if reason is not None:
         for mode in a.rows.modes:
             for subject in a.subjects:
@@ -178,7 +160,8 @@ def _probe(a: _Audit, subject: Subject, where: _records.Where, m, problem,
             run.use_row(problem, *m.program)
     else:
         run = _probes.kernel_runner(subject.fn, r.dtype, layout=r.layout, scale=r.scale,
-                                    framework=r.framework, device=r.device)
+                                    framework=r.framework, device=r.device,
+                                    family=a.rows.family)
     judge = _probes.verdict_judge(a.rows.family, scale=a.rows.scale, oracle=a.rows.oracle,
                                   claims=subject.claims, dtypes=m.dtypes, truths=truths)
     ctx = r.precision_ctx() if isinstance(r, JaxRunner) else contextlib.nullcontext()
@@ -215,7 +198,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
         linear attention; "delta", the gated delta rule of ``glaref.delta``, whose kernels are
         ``(q, k, v, beta, log_alpha, h0) -> o | (o, h_T)`` (beta (B, H, T)), its built-in
         kernels, presets and regimes (``glaref.delta._family``) and verdict (calibrated tier
-        only: its proven tier has no finite bound yet). No packed sequences or probes there.
+        only: its proven tier has no finite bound yet).
     impls: built-in names ("chunked", "scan"), "package.module:function",
         "path/to/file.py:function" or callables ``(q, k, v, log_alpha, h0) -> o | (o, h_T)``.
     configs: preset names, "B,G,H,dk,dv" strings or {name: (B, G, H, dk, dv)}.
@@ -282,7 +265,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     if json_path is not None:
         json_path = _report.check_output(json_path, "json_path")
     how = JaxOptions(preset, run["precision"], run["backend"], reps, json_path, on_record,
-                     progress, run["memory_guard"], check_probes(run["probes"], fam))
+                     progress, run["memory_guard"], check_probes(run["probes"]))
     return [r.to_json() for r in audit_jax(impl_list, rows, claims, how)]
 
 
@@ -307,15 +290,10 @@ class JaxOptions:
                                   "as 'cpu' or 'gpu', or None", argument="backend")
 
 
-def check_probes(probes, fam: Family = SCALAR_GATE) -> tuple[str, ...]:
-    """``probes`` as the audit takes it (None/False, True/"all", or names), checked; refused
-    for a recurrence family the probes do not apply to."""
+def check_probes(probes) -> tuple[str, ...]:
+    """``probes`` as the audit takes it (None/False, True/"all", or names), checked."""
     if probes is None or probes is False:
         return ()
-    if not fam.probes:
-        raise AuditUsageError(f"probes: got {probes!r}, but the probes apply to the scalar-gate "
-                              f"recurrence only, not {fam.name!r}; expected None",
-                              argument="probes")
     if probes is True or probes == "all":
         return _probes.PROBES
     return tuple(_args.choices("probes", probes, _probes.PROBES))
@@ -374,17 +352,13 @@ def audit_kernel(kernel: Callable, rows: _args.Rows, claims: Claims, *, framewor
     A kernel that raises, or returns the wrong structure, is a failed row. Rows whose oracle side
     would not fit in the host's memory are skipped (``ok`` null) unless ``memory_guard`` is False.
     """
-    if not rows.family.frameworks_too:
-        raise AuditUsageError(f"framework: got {framework!r}, but {rows.family.name!r} kernels "
-                              "are audited as JAX kernels only; expected 'jax'",
-                              argument="framework")
     if framework == "numpy":     # forward only: one "fwd" row where fwd_bwd was asked for
         rows = rows.only_forward()
     subject = framework_subject(kernel, claims, packed=rows.packing is not None)
     runner = FrameworkRunner(framework=framework, dtype=claims.dtype, layout=claims.layout,
                              scale=rows.scale, device=device, detected=detected,
-                             operand_dtype=claims.operand_dtype)
+                             operand_dtype=claims.operand_dtype, family=rows.family)
     host = _device.host_available_bytes() if memory_guard else None
     return run_rows(_Audit(runner, [subject], rows, claims, host,
-                           check_probes(probes, rows.family)),
+                           check_probes(probes)),
                     _Sink(0, None, None, None))

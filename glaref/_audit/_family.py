@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
 from .. import _judge, _probes, _problems, _where, regimes
 from .._claims import Claims
-from .._inputs import _KIND, ARRAYS, FORWARD, GRADS, Problem
+from .._inputs import _KIND, ARRAYS, FORWARD, GRADS, Dims, Problem
 from .._oracle import backend
 from ._presets import ALL_REGIMES, PRESETS, Preset
 
@@ -58,7 +58,9 @@ class Family:
     cotangents); kinds: each array's and output's layout kind (``glaref._inputs.to_canonical``).
     regimes: {name: regime} drawing inputs (each with ``cases(dims)``), all_regimes those
     "all" expands to. make_problem(regime, dims, seed, dtype, gate=, cu_seqlens=): one problem,
-    rounded to dtype; fields(problem): its arrays by name (every name of ``arrays``, None where
+    rounded to dtype, reading its arrays as attributes (``p.q``, ``p.beta``) and replacing them
+    with ``p.with_fields(**changes)`` (how ``glaref._frameworks`` and the probes handle every
+    family's problems); fields(problem): its arrays by name (every name of ``arrays``, None where
     absent). truth(problem, scale, oracle_impl): the oracle's side of a problem (the interface of
     ``_judge.Truth``: forward, grads, scales, references, reference, budget_view, ms, and ``p``,
     the problem's ``glaref._inputs.Problem`` for its dims, offsets and states); truth also runs
@@ -66,9 +68,11 @@ class Family:
     (:class:`Judge`). warm(oracle_impl, gate, packed): compile (or load) the oracle before any
     timing. kernels: the module of the built-in JAX kernels (imported on first use: jax);
     builtin_claims(module, name, claims): a built-in kernel's own claims. presets: {name:
-    Preset}. packed: packed sequences are audited; probes: ``glaref._probes`` applies;
-    frameworks_too: torch and NumPy kernels are audited too (``glaref._frameworks``), not JAX
-    kernels alone.
+    Preset}. oracle_bytes(dims, modes): about the most host memory the oracle side of one
+    problem holds at once (the engine's memory guard declines a row beyond what is available).
+    Every family is audited alike: kernels in JAX, torch and NumPy
+    (``glaref._frameworks``, given the family's names and kinds), packed sequences (its
+    make_problem's ``cu_seqlens``) and the probes (``glaref._probes``).
     header: keys the report's config and every record carry for this family (none for the
     scalar gate, whose reports predate the option).
 
@@ -94,9 +98,7 @@ class Family:
     builtin_claims: Callable[[Any, str, Claims], Claims]
     presets: Mapping[str, Preset]
     all_regimes: tuple[str, ...]
-    packed: bool = True
-    probes: bool = True
-    frameworks_too: bool = True
+    oracle_bytes: Callable[[Dims, Iterable[str]], int]
     header: Mapping[str, str] = field(default_factory=dict)
     causal: tuple[str, ...] = ()
     anticausal: tuple[str, ...] = ()
@@ -128,6 +130,31 @@ def _perturb_scalar_gate(name: str, part: np.ndarray, rng: np.random.Generator) 
     return _probes.perturb(name, part, rng)
 
 
+def _scalar_oracle_bytes(dims: Dims, modes: Iterable[str]) -> int:
+    """About the most host memory the engine's float64 arrays of one problem take at once.
+
+    Counted in float64 elements, with qk = B G T dk (q, k, dq, dk), v = B H T dv (v, do, o, dv),
+    hk = B H T dk (per-head dq, dk), g = B H T (log_alpha and its gradient), s = B H dk dv
+    (h0, dh_T, h_T, dh0): the inputs and cotangents twice (generated, then rounded to the audited
+    dtype; the copy handed to the kernel is the second on a CPU), the forward, its error scales
+    and the two same-precision reference kernels' outputs (``glaref._baseline``), and for fwd_bwd
+    the gradients, their scales (from per-head gradients), |inputs| and the references' gradients.
+    Within 10 % of the peak measured on the seed's largest config (4, 2, 8, 128, 128) at T = 8192.
+    """
+    B, G, H, T, dk, dv = dims.B, dims.G, dims.H, dims.T, dims.dk, dims.dv
+    qk, v, hk, g, s = B * G * T * dk, B * H * T * dv, B * H * T * dk, B * H * T, B * H * dk * dv
+    inputs = 2 * qk + 2 * v + g + 2 * s
+    grads = 2 * qk + v + g + s
+    n = 2 * inputs + 2 * (v + s)                               # inputs twice, forward, its scales
+    n += 2 * (v + s)                                           # the references' forward
+    if "fwd_bwd" in modes:
+        n += grads                                             # gradients
+        n += (2 * qk + 2 * v + 2 * s)                          # |inputs| for the scales
+        n += (2 * qk + v + 2 * g + s) + 2 * hk                 # gradient scales, per-head dq, dk
+        n += 2 * (v + s + grads)                               # the references' fwd_bwd
+    return 8 * n
+
+
 def _scalar_fields(p: Problem) -> dict:
     return {n: getattr(p, n) for n in ARRAYS}
 
@@ -148,5 +175,6 @@ SCALAR_GATE = Family(
     judge=Judge(_judge.assess_outputs, _judge.locate_nonfinite, _judge.mismatches,
                 _where.row_profiles, direct_log_alpha=True),
     kernels="glaref.kernels", builtin_claims=_scalar_builtin_claims, presets=PRESETS,
-    all_regimes=ALL_REGIMES, causal=("o", "dq"), anticausal=("dk", "dv"),
+    all_regimes=ALL_REGIMES, oracle_bytes=_scalar_oracle_bytes, causal=("o", "dq"),
+    anticausal=("dk", "dv"),
     perturb=_perturb_scalar_gate)

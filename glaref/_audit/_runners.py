@@ -223,18 +223,20 @@ class FrameworkRunner:
     another framework's arrays fails saying which ``framework=`` to pass."""
 
     def __init__(self, *, framework: str, dtype: str, layout: str, scale: float,
-                 device: str | None, detected: bool, operand_dtype: str | None):
+                 device: str | None, detected: bool, operand_dtype: str | None,
+                 family: Family = SCALAR_GATE):
         self.framework, self.dtype, self.layout, self.scale = framework, dtype, layout, scale
-        self.device, self.detected = device, detected
+        self.device, self.detected, self.family = device, detected, family
         self.params = {"precision": None, "operand_dtype": operand_dtype, "framework": framework}
 
-    def prepare(self, p) -> None:
-        return None
+    def prepare(self, p):
+        """The problem itself: ``run_kernel`` converts it for the kernel's framework."""
+        return p
 
-    def measure(self, subject: Subject, mode: str, truth: _judge.Truth, arr: None) -> Measured:
-        fw = self.framework
-        run = run_kernel(subject.fn, truth.p, self.dtype, layout=self.layout, scale=self.scale,
-                         framework=fw, grads=mode == "fwd_bwd", device=self.device)
+    def measure(self, subject: Subject, mode: str, truth: _judge.Truth, p) -> Measured:
+        fw, fam = self.framework, self.family
+        run = run_kernel(subject.fn, p, self.dtype, layout=self.layout, scale=self.scale,
+                         framework=fw, grads=mode == "fwd_bwd", device=self.device, family=fam)
         m = Measured(mode, params=dict(self.params), final=run.final_state)
         if fw == "numpy":
             m.params["forward_only"] = run.no_grads
@@ -257,10 +259,10 @@ class FrameworkRunner:
             return m
         if mode == "fwd_bwd" and run.grads is None:
             m.mode, m.params["forward_only"] = "fwd", run.no_grads
-        if not all(np.array_equal(getattr(run.inputs, n), getattr(truth.p, n)) for n in GRADS):
+        if not all(np.array_equal(getattr(run.inputs, n), getattr(p, n)) for n in fam.inputs):
             # the framework rounded differently from glaref (never expected: the problem holds
             # values of the dtype already); judge against what the kernel received
-            m.truth = _judge.Truth(run.inputs, truth.scale, truth.impl)
+            m.truth = fam.truth(run.inputs, truth.scale, truth.impl)
         m.values = {**run.outputs, **(run.grads or {})}
         m.dtypes = {n: run.dtypes[n] for n in run.outputs}
         m.dtypes.update({n: run.dtypes[f"d{n}"] for n in (run.grads or {})})

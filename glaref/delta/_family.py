@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .. import _baseline as _rounding
-from .. import _metrics, _verdict
+from .. import _metrics, _probes, _verdict
 from .._audit import _presets
 from .._audit._family import Family, Judge
 from .._audit._presets import Preset
@@ -71,10 +71,10 @@ PRESETS: dict[str, Preset] = {
 
 def make_problem(regime: str, dims: Dims, seed: int, dtype: str, *, gate: str = "scalar",
                  cu_seqlens=None) -> DeltaProblem:
-    """The problem of one row: ``glaref.delta.regimes.make_inputs`` with every array (beta
-    included) rounded to ``dtype`` and widened back to float64. Packed sequences are not
-    audited for this family (``Family.packed``), so ``cu_seqlens`` is always None here."""
-    dp = regimes.make_inputs(regime, dims, seed, gate=gate)
+    """The problem of one row: ``glaref.delta.regimes.make_inputs`` (``gate``, packed
+    sequences ``cu_seqlens`` as there) with every array (beta included) rounded to ``dtype`` and
+    widened back to float64."""
+    dp = regimes.make_inputs(regime, dims, seed, gate=gate, cu_seqlens=cu_seqlens)
     return DeltaProblem(round_problem(dp.p, dtype), round_to_dtype(dp.beta, dtype))
 
 
@@ -299,7 +299,8 @@ def mismatches(truth: Truth, per: dict[str, _verdict.Assessment],
 
 
 def warm(impl: str, gate: str = "scalar", packed: bool = False) -> None:
-    """Compile the Numba oracle (if cached, load it) for ``gate`` outside every timing."""
+    """Compile the Numba oracle (if cached, load it) for ``gate`` and packing outside every
+    timing."""
     be = backend(impl)
     rng = np.random.default_rng(0)
     q = rng.standard_normal((1, 1, 3, 2))
@@ -309,6 +310,56 @@ def warm(impl: str, gate: str = "scalar", packed: bool = False) -> None:
     h0 = np.zeros((1, 1, 2, 2))
     be.forward(q, q, v, beta, la, h0, 1.0)
     be.vjp(q, q, v, beta, la, h0, v, h0, 1.0)
+    if packed:
+        cu = np.array([0, 1, 3])
+        h0 = np.zeros((2, 1, 2, 2))
+        be.forward(q, q, v, beta, la, h0, 1.0, cu_seqlens=cu)
+        be.vjp(q, q, v, beta, la, h0, v, h0, 1.0, cu_seqlens=cu)
+
+
+def oracle_bytes(dims: Dims, modes) -> int:
+    """About the most host memory the oracle side of one problem holds at once, counted in
+    float64 elements as ``glaref._audit._family``'s scalar-gate estimate counts them, with
+    beta and its gradient (g = B H T each, beside log_alpha's) and the delta yardstick's
+    reference kernels: up to three (the scan, the WY / UT form with segment-sum and with
+    chunk-local cumsum decays, for a kernel of unknown structure), each keeping its outputs,
+    and the largest temporary of the chunked form, its (C, C) triangular matrices per chunk
+    (B H T C elements at C = ``_baseline.CHUNK``) beside one chunk's states."""
+    B, G, H, T, dk, dv = dims.B, dims.G, dims.H, dims.T, dims.dk, dims.dv
+    qk, v, g, s = B * G * T * dk, B * H * T * dv, B * H * T, B * H * dk * dv
+    refs = len(_designs.yardstick(None).designs)
+    inputs = 2 * qk + 2 * v + 2 * g + 2 * s                    # q, k, v, do, beta, log_alpha, ...
+    grads = 2 * qk + v + 2 * g + s
+    n = 2 * inputs + 2 * (v + s)                               # inputs twice, forward, its scales
+    n += refs * (v + s)                                        # the references' forward
+    n += B * H * T * _baseline.CHUNK                           # the chunked form's temporaries
+    if "fwd_bwd" in modes:
+        n += grads                                             # gradients
+        n += inputs                                            # |inputs| for the scales
+        n += grads                                             # gradient scales
+        n += refs * (v + s + grads)                            # the references' fwd_bwd
+    return 8 * n
+
+
+def perturb(name: str, part: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The probes' perturbation (``glaref._probes.perturb``: a random factor and shift) kept in
+    each input's range: beta drawn again within the part's own range (its regime's: (0, 1),
+    (1.5, 2), ...; scaled down by a factor in [0.5, 1) where the part holds one value), log_alpha
+    scaled by a factor in [0.5, 1.5) (its sign kept: <= 0 decays), each key row rescaled to its
+    old norm (L2-normalised keys stay normalised, so beta ||k||^2 keeps its regime's range)."""
+    if name == "beta":
+        lo, hi = (float(part.min()), float(part.max())) if part.size else (0.0, 0.0)
+        if hi > lo:
+            return rng.uniform(lo, hi, part.shape)
+        return part * rng.uniform(0.5, 1.0, part.shape)
+    if name == "log_alpha":
+        return part * rng.uniform(0.5, 1.5, part.shape)
+    new = _probes.perturb(name, part, rng)
+    if name == "k":
+        old = np.linalg.norm(part, axis=-1, keepdims=True)
+        now = np.linalg.norm(new, axis=-1, keepdims=True)
+        new = new * np.divide(old, now, out=np.zeros_like(now), where=now > 0)
+    return new
 
 
 def builtin_claims(module, name: str, claims: Claims) -> Claims:
@@ -324,5 +375,8 @@ DELTA = Family(
     regimes=regimes.REGIMES, make_problem=make_problem, truth=Truth, warm=warm, fields=fields,
     judge=Judge(assess_outputs, locate_nonfinite, mismatches, None, direct_log_alpha=False),
     kernels="glaref.delta.kernels", builtin_claims=builtin_claims, presets=PRESETS,
-    all_regimes=ALL_REGIMES, packed=False, probes=False, frameworks_too=False,
-    header={"recurrence": "delta"})
+    all_regimes=ALL_REGIMES, oracle_bytes=oracle_bytes, header={"recurrence": "delta"},
+    # o_t and dq_t = scale S_t do_t read steps s <= t only; dv_t = beta_t G_t^T k_t reads
+    # G_t, made of do_t and the later steps alone (C_{t-1} = A_t (G_t - beta_t k_t du_t^T));
+    # dk_t, dbeta_t and dlog_alpha_t multiply G_t by S~_t, u_t or r_t: past and future both
+    causal=("o", "dq"), anticausal=("dv",), perturb=perturb)

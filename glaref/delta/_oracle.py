@@ -51,10 +51,31 @@ class Scales(NamedTuple):
 
 
 class DeltaProblem(NamedTuple):
-    """A canonical problem of the scalar family (``glaref._inputs.Problem``) and beta (B, H, T)."""
+    """A canonical problem of the scalar family (``glaref._inputs.Problem``) and beta (B, H, T).
+
+    Every field of ``p`` (q, k, v, log_alpha, h0, do, dh_T, dims, cu_seqlens, n_states) reads
+    through as an attribute, so code that reads a problem's arrays by name (the probes,
+    ``glaref._frameworks``) reads beta and the rest alike; :meth:`with_fields` is its
+    ``_replace``."""
 
     p: Problem
     beta: np.ndarray
+
+    q = property(lambda self: self.p.q)
+    k = property(lambda self: self.p.k)
+    v = property(lambda self: self.p.v)
+    log_alpha = property(lambda self: self.p.log_alpha)
+    h0 = property(lambda self: self.p.h0)
+    do = property(lambda self: self.p.do)
+    dh_T = property(lambda self: self.p.dh_T)
+    dims = property(lambda self: self.p.dims)
+    cu_seqlens = property(lambda self: self.p.cu_seqlens)
+    n_states = property(lambda self: self.p.n_states)
+
+    def with_fields(self, **changes) -> DeltaProblem:
+        """This problem with ``changes`` (beta, or any field of ``Problem``) replaced."""
+        beta = changes.pop("beta", self.beta)
+        return DeltaProblem(self.p._replace(**changes), beta)
 
 
 def backend(impl: str):

@@ -1,6 +1,6 @@
 """Named, seeded, reproducible inputs of the gated delta rule: the regimes where this family
-breaks. ``make_inputs(regime, dims, seed, gate="scalar")`` is a pure function of its arguments
-and returns a ``DeltaProblem`` (canonical float64 "bhtd" arrays of ``glaref._inputs.Problem``
+breaks. ``make_inputs(regime, dims, seed, gate="scalar", cu_seqlens=None)`` is a pure function
+of its arguments and returns a ``DeltaProblem`` (canonical float64 "bhtd" arrays of ``glaref._inputs.Problem``
 and beta (B, H, T)); ``REGIMES[name].cases(dims)`` lists the sizes a regime runs.
 
 Unless a regime says otherwise: q and k L2-normalised per step (flash-linear-attention's
@@ -25,6 +25,10 @@ log_alpha = logsigmoid(N(0, 1) + 2) (alpha ~ 0.88, Gated DeltaNet's mild forgett
                     with beta ||k||^2 > 2 amplify the state (eigenvalue below -1)
     ragged          standard at T in (0, 1, 63, 65, 1000)
     grouped         standard with G = 1 group of q, k for all H heads (dq, dk summed over H)
+
+Packed sequences (``cu_seqlens``, B = 1): h0 and dh_T get one row per sequence (N, H, dk, dv),
+converged draws one W per sequence (each sequence's v_t asks for its own state), and the
+problem carries the offsets.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from typing import Callable
 
 import numpy as np
 
-from .._inputs import Dims, Problem
+from .._inputs import Dims, Problem, check_cu_seqlens
 from ..regimes import GATES
 from ._oracle import DeltaProblem
 
@@ -79,8 +83,10 @@ def _standard_gates(rng, shape, T):
     return _logsigmoid(rng.standard_normal(shape) + GATE_SHIFT)
 
 
-def _draw(dims: Dims, rng: np.random.Generator, gate: str, d: _Draw) -> DeltaProblem:
+def _draw(dims: Dims, rng: np.random.Generator, gate: str, d: _Draw,
+          cu: np.ndarray | None = None) -> DeltaProblem:
     B, G, H, T, dk, dv = dims.B, dims.G, dims.H, dims.T, dims.dk, dims.dv
+    N = B if cu is None else len(cu) - 1            # states: one per batch row, or per sequence
     q = _l2(rng.standard_normal((B, G, T, dk)))
     k = rng.standard_normal((B, G, T, dk))
     k = _l2(k) if d.l2_keys else k / np.sqrt(max(dk, 1))
@@ -88,16 +94,21 @@ def _draw(dims: Dims, rng: np.random.Generator, gate: str, d: _Draw) -> DeltaPro
     gshape = (B, H, T, dk) if gate == "vector" else (B, H, T)
     la = (d.gates or _standard_gates)(rng, gshape, T)
     beta = (d.beta(rng, (B, H, T)) if d.beta else 1.0 / (1.0 + np.exp(-rng.standard_normal((B, H, T)))))
-    h0 = d.h0_scale * rng.standard_normal((B, H, dk, dv))
+    h0 = d.h0_scale * rng.standard_normal((N, H, dk, dv))
     if d.converged:
         # the state already holds W; every v_t asks for what W gives, up to 1e-6
-        W = rng.standard_normal((B, H, dk, dv))
+        W = rng.standard_normal((N, H, dk, dv))
         h0 = W.copy()
         kh = np.repeat(k, H // G, axis=1)
-        v = np.einsum("bhtk,bhkv->bhtv", kh, W) + CONVERGED_NOISE * rng.standard_normal(v.shape)
+        if cu is None:
+            v = np.einsum("bhtk,bhkv->bhtv", kh, W)
+        else:           # step t asks for the W of its own sequence
+            seq = np.searchsorted(cu, np.arange(T), side="right") - 1
+            v = np.einsum("bhtk,thkv->bhtv", kh, W[seq])
+        v = v + CONVERGED_NOISE * rng.standard_normal(v.shape)
     do = rng.standard_normal((B, H, T, dv))
-    dh_T = rng.standard_normal((B, H, dk, dv))
-    return DeltaProblem(Problem(q, k, v, la, h0, do, dh_T, dims), beta)
+    dh_T = rng.standard_normal((N, H, dk, dv))
+    return DeltaProblem(Problem(q, k, v, la, h0, do, dh_T, dims, cu), beta)
 
 
 @dataclass(frozen=True)
@@ -161,9 +172,12 @@ def get(regime: str) -> Regime:
         raise ValueError(f"regime: got {regime!r}, expected one of {sorted(REGIMES)}") from None
 
 
-def make_inputs(regime: str, dims: Dims, seed: int = 0, *, gate: str = "scalar") -> DeltaProblem:
+def make_inputs(regime: str, dims: Dims, seed: int = 0, *, gate: str = "scalar",
+                cu_seqlens=None) -> DeltaProblem:
     """The float64 "bhtd" inputs, beta and cotangents of ``regime`` at ``dims`` from ``seed``:
-    the same arguments always give the same arrays."""
+    the same arguments always give the same arrays. ``cu_seqlens``: packed sequences
+    (dims.B = 1; ``glaref._inputs.check_cu_seqlens``), a stream of their own per set of
+    offsets."""
     r = get(regime)
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed: got {seed!r}, expected a non-negative integer")
@@ -171,4 +185,7 @@ def make_inputs(regime: str, dims: Dims, seed: int = 0, *, gate: str = "scalar")
         raise ValueError(f"gate: got {gate!r}, expected one of {GATES}")
     key = [int(seed), dims.B, dims.G, dims.H, dims.T, dims.dk, dims.dv, GATES.index(gate),
            list(REGIMES).index(regime)]
-    return _draw(dims, np.random.default_rng(key), gate, r.draw)
+    cu = check_cu_seqlens(cu_seqlens, dims.B, dims.T)
+    if cu is not None:
+        key += [len(cu)] + cu.tolist()
+    return _draw(dims, np.random.default_rng(key), gate, r.draw, cu)
