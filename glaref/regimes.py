@@ -50,7 +50,7 @@ from ._inputs import Dims, Problem, check_cu_seqlens
 
 __all__ = ["DEFAULT_REGIMES", "GATES", "LARGE_VALUES_SCALE", "LONG_MAX_D", "LONG_T",
            "MIXED_NEAR_ONE", "NEAR_ONE_LOG_ALPHA", "POSITIVE_TOTAL_MEAN", "RAGGED_T", "REGIMES",
-           "Regime", "STRONG_DECAY_DIVISOR", "get", "make_inputs", "random_cu_seqlens"]
+           "Regime", "STRONG_DECAY_DIVISOR", "get", "lookup", "make_inputs", "random_cu_seqlens"]
 
 GATES = ("scalar", "vector")
 
@@ -214,12 +214,17 @@ REGIMES: dict[str, Regime] = dict([
 DEFAULT_REGIMES = tuple(name for name, r in REGIMES.items() if not r.slow and r.default)
 
 
+def lookup(table, regime: str):
+    """``table[regime]``: a family's regime by name, or a ValueError naming the known ones."""
+    try:
+        return table[regime]
+    except (KeyError, TypeError):
+        raise ValueError(f"regime: got {regime!r}, expected one of {sorted(table)}") from None
+
+
 def get(regime: str) -> Regime:
     """The regime named ``regime`` (ValueError naming the known ones otherwise)."""
-    try:
-        return REGIMES[regime]
-    except (KeyError, TypeError):
-        raise ValueError(f"regime: got {regime!r}, expected one of {sorted(REGIMES)}") from None
+    return lookup(REGIMES, regime)
 
 
 def make_inputs(regime: str, dims: Dims, seed: int = 0, *, gate: str = "scalar",

@@ -39,7 +39,7 @@ from typing import Callable
 import numpy as np
 
 from .._inputs import Dims, Problem, check_cu_seqlens
-from ..regimes import GATES
+from ..regimes import GATES, lookup
 from ._oracle import DeltaProblem
 
 __all__ = ["CONVERGED_NOISE", "GATE_SHIFT", "LONG_MAX_D", "LONG_T", "NEAR_ONE_BETA",
@@ -166,10 +166,8 @@ REGIMES: dict[str, Regime] = {r.name: r for r in (
 
 
 def get(regime: str) -> Regime:
-    try:
-        return REGIMES[regime]
-    except (KeyError, TypeError):
-        raise ValueError(f"regime: got {regime!r}, expected one of {sorted(REGIMES)}") from None
+    """The regime named ``regime`` (ValueError naming the known ones otherwise)."""
+    return lookup(REGIMES, regime)
 
 
 def make_inputs(regime: str, dims: Dims, seed: int = 0, *, gate: str = "scalar",
