@@ -131,6 +131,30 @@ def autodiff_scan(q, k, v, beta, log_alpha, h0, scale=1.0):
     return scan_autodiff(q, k, v, beta, log_alpha, h0, scale)
 
 
+def projected_then_decayed(q, k, v, beta, log_alpha, h0, scale=1.0):
+    """The same recurrence in another exact arrangement, so that autodiff derives dbeta and
+    dlog_alpha by other identities: S_t = alpha_t (S_{t-1} - k_t (beta_t S_{t-1}^T k_t)^T)
+    + k_t (beta_t v_t)^T (a scalar gate commutes with the projection). dlog_alpha_t is then
+    alpha_t <P_t, dS_t> with P_t the projected undecayed state (not <S~_t, (I - beta k k^T) dS_t>),
+    and dbeta_t the sum of two separate terms, <k^T dS_t, v_t> - alpha_t <k^T dS_t, S_{t-1}^T k_t>
+    (not <du_t, v_t - S~_t^T k_t>): different roundings, the same values."""
+    H = v.shape[1]
+    qh, kh = _heads(q, H), _heads(k, H)
+    f32 = jnp.promote_types(q.dtype, jnp.float32)
+    xs = tuple(jnp.moveaxis(x.astype(f32), 2, 0) for x in (qh, kh, v, beta, log_alpha))
+
+    def step(S, x):
+        q_t, k_t, v_t, b_t, la_t = x
+        read = jnp.einsum("bhkv,bhk->bhv", S, k_t, precision=HIGHEST)
+        P = S - k_t[..., :, None] * (b_t[..., None] * read)[..., None, :]
+        S_new = jnp.exp(la_t)[..., None, None] * P + \
+            k_t[..., :, None] * (b_t[..., None] * v_t)[..., None, :]
+        return S_new, scale * jnp.einsum("bhkv,bhk->bhv", S_new, q_t, precision=HIGHEST)
+
+    h_T, o = lax.scan(step, h0.astype(f32), xs)
+    return jnp.moveaxis(o, 0, 2).astype(jnp.promote_types(q.dtype, v.dtype)), h_T
+
+
 # ---------------------------------------------------------------- mutants
 
 def decay_after_update(q, k, v, beta, log_alpha, h0, scale=1.0):
@@ -185,7 +209,7 @@ dbeta_without_h0 = _exact_forward(_dbeta_without_h0)
 
 ZOO = {"scan": scan, "chunked_C16": chunked_at(16), "chunked_C32": chunked_at(32),
        "chunked_C64": chunked_at(64), "autodiff_chunked": autodiff_chunked,
-       "autodiff_scan": autodiff_scan}
+       "autodiff_scan": autodiff_scan, "projected_then_decayed": projected_then_decayed}
 MUTANTS = {"decay_after_update": decay_after_update,
            "state_cotangent_no_projection": state_cotangent_no_projection,
            "dbeta_without_h0": dbeta_without_h0, "residual_bf16": residual_bf16,
