@@ -35,17 +35,23 @@ def _bf16(x):
     return x + lax.stop_gradient(x.astype(jnp.bfloat16).astype(x.dtype) - x)
 
 
+def _scanned(step, q, k, v, beta, log_alpha, h0):
+    """(o, h_T) of ``step(S, (q_t, k_t, v_t, beta_t, log_alpha_t)) -> (S_t, o_t)`` run by
+    lax.scan over time, heads sharing their group's q and k, in float32 at least."""
+    H = v.shape[1]
+    f32 = jnp.promote_types(q.dtype, jnp.float32)
+    xs = tuple(jnp.moveaxis(x.astype(f32), 2, 0)
+               for x in (_heads(q, H), _heads(k, H), v, beta, log_alpha))
+    h_T, o = lax.scan(step, h0.astype(f32), xs)
+    return jnp.moveaxis(o, 0, 2).astype(jnp.promote_types(q.dtype, v.dtype)), h_T
+
+
 def scan_autodiff(q, k, v, beta, log_alpha, h0, scale=1.0, *, decay_after=False,
                   residual_bf16=False, stop_state=False):
     """The recurrence by lax.scan, gradients by autodiff. Bugs: ``decay_after`` (the delta
     update on S_{t-1}, then the decay), ``residual_bf16`` (v - S~^T k rounded to bfloat16),
     ``stop_state`` (no gradient through S~ in the residual: the state's cotangent loses its
     (I - beta k k^T) factor)."""
-    H = v.shape[1]
-    qh, kh = _heads(q, H), _heads(k, H)
-    f32 = jnp.promote_types(q.dtype, jnp.float32)
-    xs = tuple(jnp.moveaxis(x.astype(f32), 2, 0) for x in (qh, kh, v, beta, log_alpha))
-
     def step(S, x):
         q_t, k_t, v_t, b_t, la_t = x
         a = jnp.exp(la_t)[..., None, None]
@@ -59,8 +65,7 @@ def scan_autodiff(q, k, v, beta, log_alpha, h0, scale=1.0, *, decay_after=False,
             S_new = a * S_new
         return S_new, scale * jnp.einsum("bhkv,bhk->bhv", S_new, q_t, precision=HIGHEST)
 
-    h_T, o = lax.scan(step, h0.astype(f32), xs)
-    return jnp.moveaxis(o, 0, 2).astype(jnp.promote_types(q.dtype, v.dtype)), h_T
+    return _scanned(step, q, k, v, beta, log_alpha, h0)
 
 
 def chunked_autodiff(q, k, v, beta, log_alpha, h0, scale=1.0, *, chunk_size=64,
@@ -138,11 +143,6 @@ def projected_then_decayed(q, k, v, beta, log_alpha, h0, scale=1.0):
     alpha_t <P_t, dS_t> with P_t the projected undecayed state (not <S~_t, (I - beta k k^T) dS_t>),
     and dbeta_t the sum of two separate terms, <k^T dS_t, v_t> - alpha_t <k^T dS_t, S_{t-1}^T k_t>
     (not <du_t, v_t - S~_t^T k_t>): different roundings, the same values."""
-    H = v.shape[1]
-    qh, kh = _heads(q, H), _heads(k, H)
-    f32 = jnp.promote_types(q.dtype, jnp.float32)
-    xs = tuple(jnp.moveaxis(x.astype(f32), 2, 0) for x in (qh, kh, v, beta, log_alpha))
-
     def step(S, x):
         q_t, k_t, v_t, b_t, la_t = x
         read = jnp.einsum("bhkv,bhk->bhv", S, k_t, precision=HIGHEST)
@@ -151,8 +151,7 @@ def projected_then_decayed(q, k, v, beta, log_alpha, h0, scale=1.0):
             k_t[..., :, None] * (b_t[..., None] * v_t)[..., None, :]
         return S_new, scale * jnp.einsum("bhkv,bhk->bhv", S_new, q_t, precision=HIGHEST)
 
-    h_T, o = lax.scan(step, h0.astype(f32), xs)
-    return jnp.moveaxis(o, 0, 2).astype(jnp.promote_types(q.dtype, v.dtype)), h_T
+    return _scanned(step, q, k, v, beta, log_alpha, h0)
 
 
 # ---------------------------------------------------------------- mutants
