@@ -97,8 +97,8 @@ def make(batch, seqlen, nheads, headdim, ngroups, dstate, *, seed=0, regime="sta
          D="head", z=True, dt_bias=True, dt_softplus=True, h0=True, dy=True, dfinal=True):
     assert seqlen <= MAX_T and max(headdim, dstate) <= MAX_D and batch * seqlen <= MAX_BT
     c = mamba2.ssd_case(batch, seqlen, nheads, headdim, ngroups, dstate, dtype="float64",
-                        seed=seed, regime=regime, D=D, z=z, dt_bias=dt_bias,
-                        dt_softplus=dt_softplus)
+                        seed=seed, regime=regime,
+                        drawn=mamba2.SSDCase(D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus))
     if not h0:
         c["initial_states"] = None
     if not dy:
@@ -109,8 +109,8 @@ def make(batch, seqlen, nheads, headdim, ngroups, dstate, *, seed=0, regime="sta
 
 
 def call(fn, c, **kw):
-    return fn(**{n: c[n] for n in mamba2.INPUT_NAMES}, dt_softplus=c["dt_softplus"], dy=c["dy"],
-              dfinal_states=c["dfinal_states"], **kw)
+    return fn(**{n: c[n] for n in mamba2.INPUT_NAMES}, dt_softplus=c["dt_softplus"],
+              cotangents=(c["dy"], c["dfinal_states"]), **kw)
 
 
 def compare(c, impl="numba"):

@@ -71,8 +71,9 @@ def test_reference_matches_fla_definition(name, dims, vector, l2, sig, neg):
     want = _torch_fla(x["q"], x["k"], x["v"], x["g"], x["beta"], 0.6, x["h0"], x["do"],
                       x["dht"], l2, sig, neg)
     got = fla_delta.delta_reference(x["q"], x["k"], x["v"], x["g"], x["beta"], 0.6, x["h0"],
-                                    x["do"], x["dht"], use_qk_l2norm_in_kernel=l2,
-                                    use_beta_sigmoid_in_kernel=sig, allow_neg_eigval=neg)
+                                    x["do"], x["dht"], options=fla_delta.DeltaOptions(
+                                        use_qk_l2norm_in_kernel=l2, use_beta_sigmoid_in_kernel=sig,
+                                        allow_neg_eigval=neg))
     for n in fla_delta.FLA_NAMES:
         assert got[n].shape == want[n].shape, n
         assert _rel(got[n], want[n]) <= tol("delta_trust_jax_f64"), (name, n)
@@ -84,7 +85,8 @@ def test_state_v_first_and_default_scale():
                                   x["h0"], x["do"], x["dht"])
     swap = lambda s: np.ascontiguousarray(np.swapaxes(s, -1, -2))  # noqa: E731
     b = fla_delta.delta_reference(x["q"], x["k"], x["v"], x["g"], np.abs(x["beta"]), 3 ** -0.5,
-                                  swap(x["h0"]), x["do"], swap(x["dht"]), state_v_first=True)
+                                  swap(x["h0"]), x["do"], swap(x["dht"]),
+                                  options=fla_delta.DeltaOptions(state_v_first=True))
     for n in fla_delta.FLA_NAMES:
         np.testing.assert_array_equal(b[n], swap(a[n]) if n in ("ht", "dh0") else a[n])
 

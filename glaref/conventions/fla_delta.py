@@ -24,6 +24,7 @@ c = 2 with allow_neg_eigval). ``state_v_first`` states are [B, H, V, K]. Packed 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,8 +35,8 @@ from ..delta import _oracle as gd
 from ..delta._oracle import canonicalize
 from .fla import _qkv, _result, _state_in, _state_out
 
-__all__ = ["FLA_NAMES", "L2NORM_EPS", "delta_from_glaref", "delta_inputs", "delta_outputs",
-           "delta_reference", "delta_scales"]
+__all__ = ["FLA_NAMES", "L2NORM_EPS", "DeltaOptions", "delta_from_glaref", "delta_inputs",
+           "delta_outputs", "delta_reference", "delta_scales"]
 
 L2NORM_EPS = 1e-6       # fla.modules.norm.l2norm.l2norm_fwd's default eps
 # FLA's names of the results, in glaref.delta's order (o, h_T, then the six gradients)
@@ -52,18 +53,33 @@ def _l2norm_vjp(y: np.ndarray, r: np.ndarray, dy: np.ndarray) -> np.ndarray:
     return r * (dy - y * np.sum(y * dy, axis=-1, keepdims=True))
 
 
+@dataclass(frozen=True)
+class DeltaOptions:
+    """The options of an FLA gated-delta-rule / KDA call beyond its arrays, under FLA's names:
+    ``use_qk_l2norm_in_kernel`` (q and k L2-normalised inside the kernel),
+    ``use_beta_sigmoid_in_kernel`` (beta given raw, through a sigmoid inside the kernel),
+    ``allow_neg_eigval`` (that sigmoid times 2: beta in (0, 2)), and ``state_v_first``
+    (initial_state, ht, dht and dh0 as [B, H, V, K] instead of [B, H, K, V])."""
+
+    use_qk_l2norm_in_kernel: bool = False
+    use_beta_sigmoid_in_kernel: bool = False
+    allow_neg_eigval: bool = False
+    state_v_first: bool = False
+
+
 def delta_inputs(q, k, v, g=None, beta=None, scale=None, initial_state=None, do=None, dht=None,
-                 *, use_qk_l2norm_in_kernel: bool = False, use_beta_sigmoid_in_kernel: bool = False,
-                 allow_neg_eigval: bool = False, state_v_first: bool = False,
-                 cu_seqlens=None) -> dict[str, Any]:
+                 *, options: DeltaOptions = DeltaOptions(), cu_seqlens=None) -> dict[str, Any]:
     """glaref.delta's problem for an FLA gated-delta-rule or KDA call: canonical float64 "bhtd"
     arrays under glaref.delta's argument names (q, k after the in-kernel normalisation, beta after
     the in-kernel sigmoid), scale as a float, layout "bhtd", cu_seqlens, and what the way back
     needs (``_l2``: the normalised q, k and their factors; ``_beta_raw``; ``_beta_scale``).
 
     g None means no decay (DeltaNet); beta None means beta = 1. g of shape [B, T, H] is a scalar
-    gate (GDN), [B, T, H, K] a vector gate (KDA).
+    gate (GDN), [B, T, H, K] a vector gate (KDA). ``options``: the call's FLA options
+    (:class:`DeltaOptions`).
     """
+    use_beta_sigmoid_in_kernel = options.use_beta_sigmoid_in_kernel
+    state_v_first = options.state_v_first
     qa, ka, va = _qkv(q, k, v, "q and k heads are shared by groups of value heads")
     B, T, HQ, K = qa.shape
     H, V = va.shape[2], va.shape[3]
@@ -74,10 +90,10 @@ def delta_inputs(q, k, v, g=None, beta=None, scale=None, initial_state=None, do=
     braw = np.ones((B, T, H)) if beta is None else to_host_float64(beta, "beta")
     if braw.shape != (B, T, H):
         raise ShapeError(f"beta: got shape {braw.shape}, expected {(B, T, H)} [B, T, H]")
-    bscale = 2.0 if allow_neg_eigval else 1.0
+    bscale = 2.0 if options.allow_neg_eigval else 1.0
     b = bscale / (1.0 + np.exp(-braw)) if use_beta_sigmoid_in_kernel else braw
     l2 = None
-    if use_qk_l2norm_in_kernel:
+    if options.use_qk_l2norm_in_kernel:
         (qa, rq), (ka, rk) = _l2norm(qa), _l2norm(ka)
         l2 = (qa, rq, ka, rk)
     NS = B if cu_seqlens is None else len(np.asarray(cu_seqlens)) - 1
@@ -117,9 +133,9 @@ def delta_from_glaref(results: dict[str, Any], *, state_v_first: bool = False,
             "dh0": _state_out(get("h0"), state_v_first)}
 
 
-def _run(fn_scales: bool, q, k, v, g, beta, scale, initial_state, do, dht, impl, kw):
-    state_v_first = kw.get("state_v_first", False)
-    m = delta_inputs(q, k, v, g, beta, scale, initial_state, do, dht, **kw)
+def _run(fn_scales: bool, m: dict[str, Any], impl: str,
+         options: DeltaOptions) -> dict[str, np.ndarray | None]:
+    """The oracle's results (``fn_scales``: the scales) for ``delta_inputs``'s problem ``m``."""
     args = (m["q"], m["k"], m["v"], m["beta"], m["log_alpha"], m["h0"])
     opts = dict(scale=m["scale"], impl=impl, cu_seqlens=m["cu_seqlens"])
     if fn_scales:
@@ -130,25 +146,31 @@ def _run(fn_scales: bool, q, k, v, g, beta, scale, initial_state, do, dht, impl,
         res = {"o": o, "h_T": h_T}
         if m["do"] is not None:
             res.update(zip(_GLAREF[2:], gd.vjp(*args, m["do"], m["dh_T"], **opts)))
-    return delta_from_glaref(res, state_v_first=state_v_first,
+    return delta_from_glaref(res, state_v_first=options.state_v_first,
                              inputs=None if fn_scales else m)
 
 
 def delta_reference(q, k, v, g=None, beta=None, scale=None, initial_state=None, do=None,
-                    dht=None, *, impl: str = "numba", **kw) -> dict[str, np.ndarray | None]:
+                    dht=None, *, options: DeltaOptions = DeltaOptions(), cu_seqlens=None,
+                    impl: str = "numba") -> dict[str, np.ndarray | None]:
     """The float64 oracle's results for an FLA gated-delta-rule / KDA call under FLA's names
     (``FLA_NAMES``): o and ht always, every gradient with ``do`` (dht None: no cotangent on the
     final state), dq and dk through the in-kernel L2 normalisation, dbeta through the in-kernel
-    sigmoid. Keywords as ``delta_inputs``'s (use_qk_l2norm_in_kernel, ...)."""
-    return _run(False, q, k, v, g, beta, scale, initial_state, do, dht, impl, kw)
+    sigmoid. ``options`` and ``cu_seqlens`` as ``delta_inputs``'s."""
+    m = delta_inputs(q, k, v, g, beta, scale, initial_state, do, dht, options=options,
+                     cu_seqlens=cu_seqlens)
+    return _run(False, m, impl, options)
 
 
 def delta_scales(q, k, v, g=None, beta=None, scale=None, initial_state=None, do=None, dht=None,
-                 *, impl: str = "numba", **kw) -> dict[str, np.ndarray | None]:
+                 *, options: DeltaOptions = DeltaOptions(), cu_seqlens=None,
+                 impl: str = "numba") -> dict[str, np.ndarray | None]:
     """Per-element error scales (``glaref.delta.scales``) of the results of ``delta_reference``
     under FLA's names, for the recurrence's own inputs (after the in-kernel normalisation and
     sigmoid; the chain rule's elementwise products are not included)."""
-    return _run(True, q, k, v, g, beta, scale, initial_state, do, dht, impl, kw)
+    m = delta_inputs(q, k, v, g, beta, scale, initial_state, do, dht, options=options,
+                     cu_seqlens=cu_seqlens)
+    return _run(True, m, impl, options)
 
 
 def delta_outputs(o=None, ht=None, dq=None, dk=None, dv=None, dbeta=None, dg=None, dh0=None, *,

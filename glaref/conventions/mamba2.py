@@ -39,7 +39,8 @@ names one by one.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 from scipy.special import expit
@@ -51,8 +52,8 @@ from .._inputs import Dims, canonicalize, from_canonical
 from . import GLAREF_NAMES
 from .fla import _as_framework
 
-__all__ = ["INPUT_NAMES", "ssd_case", "ssd_from_glaref", "ssd_inputs", "ssd_outputs",
-           "ssd_reference", "ssd_scales"]
+__all__ = ["INPUT_NAMES", "Cotangents", "SSDCase", "ssd_case", "ssd_from_glaref", "ssd_inputs",
+           "ssd_outputs", "ssd_reference", "ssd_scales"]
 
 # mamba_chunk_scan_combined's array arguments, in its order, and the cotangents of (y, final_states)
 INPUT_NAMES = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states")
@@ -60,6 +61,27 @@ COTANGENT_NAMES = ("dy", "dfinal_states")
 # the results, under Mamba2's names: outputs, then one gradient per input
 RESULT_NAMES = ("y", "final_states", "dx", "ddt", "dA", "dB", "dC", "dD", "dz", "ddt_bias",
                 "dinitial_states")
+
+
+class Cotangents(NamedTuple):
+    """The cotangents of an SSD call's results, under Mamba2's names: ``dy`` of y [b, t, h, P]
+    and ``dfinal_states`` of final_states [b, h, P, N]; None: zero (both None, or no
+    cotangents at all: no gradients). A plain pair ``(dy, dfinal_states)`` reads the same."""
+
+    dy: Any = None
+    dfinal_states: Any = None
+
+
+@dataclass(frozen=True)
+class SSDCase:
+    """Which of ``mamba_chunk_scan_combined``'s optional arguments :func:`ssd_case` draws: ``D``
+    "head" ([h]), "channel" ([h, P]) or None; ``z`` and ``dt_bias`` drawn or None;
+    ``dt_softplus`` the flag passed."""
+
+    D: str | None = "head"
+    z: bool = True
+    dt_bias: bool = True
+    dt_softplus: bool = True
 
 
 def _silu(z: np.ndarray) -> np.ndarray:
@@ -145,11 +167,14 @@ def _problem(s):
 
 
 def ssd_inputs(x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: bool = False,
-               initial_states=None, dy=None, dfinal_states=None) -> dict[str, Any]:
-    """glaref's problem for an SSD call: a dict of canonical float64 "bhtd" arrays q (= C),
-    k (= B), v (= dt' x), log_alpha (= A dt'), h0 (= initial_states^T), do (= dy * silu(z), or
-    zeros when only dfinal_states is given), dh_T (= dfinal_states^T), scale (1.0), layout
-    ("bhtd") and dtype (x's dtype name). D does not enter the recurrence (y = o + D x)."""
+               initial_states=None, cotangents: Cotangents | tuple | None = None) -> dict[str, Any]:
+    """glaref's problem for an SSD call (``mamba_chunk_scan_combined``'s arguments, and the
+    ``cotangents`` (dy, dfinal_states) of its results, :class:`Cotangents`): a dict of canonical
+    float64 "bhtd" arrays q (= C), k (= B), v (= dt' x), log_alpha (= A dt'), h0 (=
+    initial_states^T), do (= dy * silu(z), or zeros when only dfinal_states is given), dh_T (=
+    dfinal_states^T), scale (1.0), layout ("bhtd") and dtype (x's dtype name). D does not enter
+    the recurrence (y = o + D x)."""
+    dy, dfinal_states = cotangents or Cotangents()
     s = _prepare(x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial_states, dy, dfinal_states)
     p = _problem(s)
     return {"q": p.q, "k": p.k, "v": p.v, "log_alpha": p.log_alpha, "h0": p.h0, "do": p.do,
@@ -214,9 +239,8 @@ def ssd_from_glaref(results: Mapping[str, Any], x, dt, A, D=None, z=None, dt_bia
     return _chain(results, s, absolute=False)
 
 
-def _reference(scales: bool, x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial_states, dy,
-               dfinal_states, impl):
-    s = _prepare(x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial_states, dy, dfinal_states)
+def _reference(scales: bool, s, impl: str) -> dict[str, np.ndarray | None]:
+    """The oracle's results (``scales``: their error scales) for the prepared call ``s``."""
     p = _problem(s)
     args = (p.q, p.k, p.v, p.log_alpha, p.h0)
     if scales:
@@ -232,22 +256,27 @@ def _reference(scales: bool, x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial
 
 
 def ssd_reference(x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: bool = False,
-                  initial_states=None, dy=None, dfinal_states=None, impl: str = "numba"):
+                  initial_states=None, cotangents: Cotangents | tuple | None = None,
+                  impl: str = "numba"):
     """The float64 oracle's results for an SSD call under Mamba2's names (see the module
-    docstring): y and final_states always; with dy or dfinal_states every gradient (dD, dz and
-    ddt_bias when the call has D, z and dt_bias; dinitial_states always, at zeros when
-    initial_states is None). Arguments as ``mamba_chunk_scan_combined``'s, plus the cotangents."""
-    return _reference(False, x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial_states, dy,
-                      dfinal_states, impl)
+    docstring): y and final_states always; with a cotangent (``cotangents``: (dy,
+    dfinal_states), :class:`Cotangents`) every gradient (dD, dz and ddt_bias when the call has D,
+    z and dt_bias; dinitial_states always, at zeros when initial_states is None). Arguments as
+    ``mamba_chunk_scan_combined``'s, plus the cotangents."""
+    s = _prepare(x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial_states,
+                 *(cotangents or Cotangents()))
+    return _reference(False, s, impl)
 
 
 def ssd_scales(x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus: bool = False,
-               initial_states=None, dy=None, dfinal_states=None, impl: str = "numba"):
+               initial_states=None, cotangents: Cotangents | tuple | None = None,
+               impl: str = "numba"):
     """Per-element error scales of every result of :func:`ssd_reference`: the chain rule applied
     to glaref's scales (``glaref.scales``) with every factor from the inputs by its absolute
     value, i.e. each result's sum of |terms|. What a correct kernel's error is measured in."""
-    return _reference(True, x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial_states, dy,
-                      dfinal_states, impl)
+    s = _prepare(x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial_states,
+                 *(cotangents or Cotangents()))
+    return _reference(True, s, impl)
 
 
 def ssd_outputs(y=None, final_states=None, dx=None, ddt=None, dA=None, dB=None, dC=None, dD=None,
@@ -263,10 +292,11 @@ def ssd_outputs(y=None, final_states=None, dx=None, ddt=None, dA=None, dB=None, 
 
 def ssd_case(batch: int, seqlen: int, nheads: int, headdim: int, ngroups: int, dstate: int,
              dtype: Any = "float32", seed: int = 0, regime: str = "standard",
-             framework: str = "torch", device: str = "cpu", D: str | None = "head",
-             z: bool = True, dt_bias: bool = True, dt_softplus: bool = True) -> dict[str, Any]:
+             framework: str = "torch", device: str = "cpu",
+             drawn: SSDCase = SSDCase()) -> dict[str, Any]:
     """Random SSD inputs and cotangents under Mamba2's names (a dict with INPUT_NAMES, dy,
-    dfinal_states and dt_softplus), rounded to ``dtype``.
+    dfinal_states and dt_softplus), rounded to ``dtype``; ``drawn``: which optional arguments
+    (:class:`SSDCase`, by default all of them, with dt_softplus).
 
     x, B, C, initial_states and the cotangents are the regime's v, k, q, h0^T, do and dh_T
     (``glaref.regimes.make_inputs`` with G = ngroups, dk = dstate, dv = headdim), so the regimes
@@ -274,9 +304,9 @@ def ssd_case(batch: int, seqlen: int, nheads: int, headdim: int, ngroups: int, d
     chosen so that A dt' is the regime's log_alpha (dt' = log_alpha / A, then through softplus's
     inverse and dt_bias ~ softplus^-1(logU(1e-3, 1e-1)) when dt_softplus). Regimes whose
     log_alpha is not strictly negative (zero_gate, positive) have no such dt and are refused.
-    D: "head" ([h]), "channel" ([h, P]) or None. framework "torch": leaves with requires_grad
-    (dy, dfinal_states without); "numpy": arrays.
+    framework "torch": leaves with requires_grad (dy, dfinal_states without); "numpy": arrays.
     """
+    D, z, dt_bias, dt_softplus = drawn.D, drawn.z, drawn.dt_bias, drawn.dt_softplus
     dims = Dims(batch, ngroups, nheads, seqlen, dstate, headdim)
     p = regimes.make_inputs(regime, dims, seed)
     if p.log_alpha.size and not (p.log_alpha < 0).all():
