@@ -1,4 +1,4 @@
-"""What a kernel claims about itself, as one value: :class:`Claims`, parsed once by :func:`parse`.
+"""What a kernel claims about itself, as one value: :class:`Claims`, checked once as it is made.
 
 The verdict depends on what is known of a kernel: the layout and dtype of what it receives, the
 arithmetic it computes in (compute, accumulate and operand dtypes), its chunk length, how it forms
@@ -6,7 +6,8 @@ its decays and its dlog_alpha, its gate kind, which gradients it provides, and w
 that is correct but less accurate than the most accurate one should fail (``strict``). Every face
 (``glaref audit``, ``glaref.audit``, ``glaref.testing.check_kernel``,
 ``glaref.testing.assert_close_to_oracle``, the pytest plugin) turns its arguments into one
-``Claims`` with :func:`parse` and hands it down; nothing deeper checks an argument again.
+``Claims`` (whose constructor is the one check) and hands it down; nothing deeper checks an
+argument again.
 
 Every bad or contradictory claim raises :class:`glaref.ClaimError` (an ``AuditUsageError`` and a
 ``DTypeError``, so a ValueError and a TypeError) naming the argument, what it got and what was
@@ -28,7 +29,7 @@ from .delta._oracle import GRADS as DELTA_GRADS
 from .regimes import GATES
 from .tolerances import UNIT_ROUNDOFF
 
-__all__ = ["DECAY_FORMS", "DEFAULT_ACCUMULATE", "RECURRENCES", "Claims", "dtype_name", "parse"]
+__all__ = ["DECAY_FORMS", "DEFAULT_ACCUMULATE", "RECURRENCES", "Claims", "dtype_name"]
 
 # The recurrences a kernel may compute, each with the gradients it can provide (the arrays it
 # takes): gated linear attention with a scalar or vector gate (glaref's first family, the
@@ -52,7 +53,9 @@ DEFAULT_ACCUMULATE = "float32"
 @dataclass(frozen=True)
 class Claims:
     """What a kernel is declared to be; None means unknown (the verdict then allows every
-    correct design the field ships).
+    correct design the field ships). Made from the spellings users write (``Claims(dtype=
+    np.float32, chunk_size="64", grads="q,k")``): the constructor checks every field and holds
+    its canonical value (``__post_init__``, the one check; ClaimError naming the field).
 
     layout: "bhtd" or "bthd", that of the arrays it takes and returns. dtype: its inputs'.
     compute_dtype: the arithmetic its errors are measured in (None: ``dtype``; for JAX kernels
@@ -80,6 +83,55 @@ class Claims:
     grads: tuple[str, ...] | None = None
     strict: bool = False
     recurrence: str = "scalar_gate"
+
+    def __post_init__(self) -> None:
+        """The one check of a kernel's claims: every field given in any of the spellings users
+        write is replaced by its canonical value.
+
+        Raises
+        ------
+        glaref.ClaimError
+            naming the argument, for a value glaref cannot use, an accumulate dtype less precise
+            than the compute dtype, or claims that contradict each other: a step-by-step kernel
+            (chunk_size 1) has no chunks, so neither the reverse-cumsum identity for dlog_alpha
+            (which sums over a chunk) nor chunk-local cumulative-sum decays.
+        """
+        try:
+            layout = check_layout(self.layout)
+        except GlarefError as exc:
+            raise ClaimError("layout", str(exc).split(": ", 1)[-1]) from None
+        dtype = dtype_name(self.dtype, "dtype", DTYPES)
+        cdtype = None if self.compute_dtype is None else dtype_name(self.compute_dtype,
+                                                                    "compute_dtype")
+        acc = None if self.accumulate_dtype is None else dtype_name(self.accumulate_dtype,
+                                                                    "accumulate_dtype", DTYPES)
+        if acc is not None and UNIT_ROUNDOFF[acc] > UNIT_ROUNDOFF[cdtype or dtype]:
+            raise ClaimError("accumulate_dtype", f"got {self.accumulate_dtype!r}, expected a "
+                             f"format at least as precise as the compute dtype {cdtype or dtype!r}")
+        operand = None if self.operand_dtype is None else dtype_name(self.operand_dtype,
+                                                                     "operand_dtype")
+        chunk = None if self.chunk_size is None else _chunk_size(self.chunk_size)
+        form = _choice("dlog_alpha_form", self.dlog_alpha_form, DLOG_ALPHA_FORMS)
+        decay = _choice("decay_form", self.decay_form, DECAY_FORMS)
+        gate = _choice("gate", self.gate, GATES, unknown=False)
+        recurrence = _choice("recurrence", self.recurrence, tuple(RECURRENCES), unknown=False)
+        if not isinstance(self.strict, (bool, np.bool_)):
+            raise ClaimError("strict", f"got {self.strict!r} ({type(self.strict).__name__}), "
+                             "expected True or False")
+        if chunk == 1:
+            for argument, value, what in (("dlog_alpha_form", form, "identity"),
+                                          ("decay_form", decay, "chunk_cumsum")):
+                if value == what:
+                    raise ClaimError(argument, f"got {what!r} with chunk_size 1, expected "
+                                     f"{'direct' if what == 'identity' else 'segment_sums'} or "
+                                     "None: a step-by-step kernel has no chunks to form it over")
+        checked = {"layout": layout, "dtype": dtype, "compute_dtype": cdtype,
+                   "accumulate_dtype": acc, "operand_dtype": operand, "chunk_size": chunk,
+                   "dlog_alpha_form": form, "decay_form": decay, "gate": gate,
+                   "grads": _grads(self.grads, RECURRENCES[recurrence]),
+                   "strict": bool(self.strict), "recurrence": recurrence}
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)      # frozen: set once, here
 
     def resolved(self, compute_dtype: str) -> Claims:
         """These claims as judged at ``compute_dtype`` (the face knows it: for JAX kernels it
@@ -148,49 +200,3 @@ def _grads(x: Any, known: tuple[str, ...]) -> tuple[str, ...] | None:
     if not names or any(n not in known for n in names):
         raise ClaimError("grads", f"got {x!r}, expected None (all) or some of {known}")
     return tuple(n for n in known if n in names)
-
-
-def parse(*, layout: Any = "bhtd", dtype: Any = "float32", compute_dtype: Any = None,
-          accumulate_dtype: Any = None, operand_dtype: Any = None, chunk_size: Any = None,
-          dlog_alpha_form: Any = None, decay_form: Any = None, gate: Any = "scalar",
-          grads: Any = None, strict: Any = False, recurrence: Any = "scalar_gate") -> Claims:
-    """The one check of a kernel's claims (arguments as :class:`Claims`'s fields, in any of the
-    spellings users write). Returns Claims.
-
-    Raises
-    ------
-    glaref.ClaimError
-        naming the argument, for a value glaref cannot use, an accumulate dtype less precise
-        than the compute dtype, or claims that contradict each other: a step-by-step kernel
-        (chunk_size 1) has no chunks, so neither the reverse-cumsum identity for dlog_alpha
-        (which sums over a chunk) nor chunk-local cumulative-sum decays.
-    """
-    try:
-        layout = check_layout(layout)
-    except GlarefError as exc:
-        raise ClaimError("layout", str(exc).split(": ", 1)[-1]) from None
-    dtype = dtype_name(dtype, "dtype", DTYPES)
-    cdtype = None if compute_dtype is None else dtype_name(compute_dtype, "compute_dtype")
-    acc = None if accumulate_dtype is None else dtype_name(accumulate_dtype, "accumulate_dtype",
-                                                           DTYPES)
-    if acc is not None and UNIT_ROUNDOFF[acc] > UNIT_ROUNDOFF[cdtype or dtype]:
-        raise ClaimError("accumulate_dtype", f"got {accumulate_dtype!r}, expected a format at "
-                         f"least as precise as the compute dtype {cdtype or dtype!r}")
-    operand = None if operand_dtype is None else dtype_name(operand_dtype, "operand_dtype")
-    chunk = None if chunk_size is None else _chunk_size(chunk_size)
-    form = _choice("dlog_alpha_form", dlog_alpha_form, DLOG_ALPHA_FORMS)
-    decay = _choice("decay_form", decay_form, DECAY_FORMS)
-    gate = _choice("gate", gate, GATES, unknown=False)
-    recurrence = _choice("recurrence", recurrence, tuple(RECURRENCES), unknown=False)
-    if not isinstance(strict, (bool, np.bool_)):
-        raise ClaimError("strict", f"got {strict!r} ({type(strict).__name__}), expected True or "
-                         "False")
-    if chunk == 1:
-        for argument, value, what in (("dlog_alpha_form", form, "identity"),
-                                      ("decay_form", decay, "chunk_cumsum")):
-            if value == what:
-                raise ClaimError(argument, f"got {what!r} with chunk_size 1, expected "
-                                 f"{'direct' if what == 'identity' else 'segment_sums'} or None: "
-                                 "a step-by-step kernel has no chunks to form it over")
-    return Claims(layout, dtype, cdtype, acc, operand, chunk, form, decay, gate,
-                  _grads(grads, RECURRENCES[recurrence]), bool(strict), recurrence)

@@ -1,6 +1,6 @@
 """Running a kernel written in torch, NumPy or JAX on one problem, and reading back what it gave.
 
-    run = run_kernel(kernel, problem, "float32", layout="bthd", framework="torch")
+    run = run_kernel(kernel, problem, "float32", call=Call(layout="bthd", framework="torch"))
     run.inputs     # float64 canonical Problem: exactly the (rounded) numbers the kernel received
     run.outputs    # {"o": ..., "h_T": ...} float64, canonical "bhtd" (h_T only when returned)
     run.grads      # {"q", "k", "v", "log_alpha", "h0"} through the framework's autodiff, or None
@@ -8,7 +8,7 @@
     run.error      # None, or {"stage", "type", "message", "traceback"} when the kernel raised
 
 A kernel is a callable ``(q, k, v, log_alpha, h0) -> o | (o, h_T)`` on arrays of its framework in
-``layout`` (another recurrence family's arguments when ``family=`` is given: the gated delta rule's
+``layout`` (another recurrence family's arguments when ``Call.family`` is given: the gated delta rule's
 ``(q, k, v, beta, log_alpha, h0)``); when its signature takes ``scale`` it receives it, otherwise
 it must apply the scale itself (as in the audit). The gradients are those of L = sum(o * do) +
 sum(h_T * dh_T) with the problem's cotangents, cast to the dtype of the output they pair with:
@@ -291,8 +291,8 @@ def _forward(run: KernelRun, call: Callable[[], Any], p: Problem,
 
 # ---------------------------------------------------------------- the frameworks
 
-def _run_torch(kernel, p, dtype, layout, scale_kw, want_grads, device, run: KernelRun,
-               nm: _Names):
+def _run_torch(kernel, scale_kw, want_grads, device, run: KernelRun, nm: _Names):
+    p, dtype, layout = run.inputs, run.dtype, run.layout
     try:
         import torch
     except ImportError:
@@ -357,7 +357,8 @@ def _numpy_dtype(dtype: str):
     return np.dtype(dtype)
 
 
-def _run_numpy(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun, nm: _Names):
+def _run_numpy(kernel, scale_kw, want_grads, run: KernelRun, nm: _Names):
+    p, dtype, layout = run.inputs, run.dtype, run.layout
     npd = _numpy_dtype(dtype)
     arrays = _kernel_arrays(p, layout, nm)
     inputs = [np.ascontiguousarray(arrays[n]).astype(npd) for n in nm.inputs]
@@ -372,7 +373,8 @@ def _run_numpy(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun, n
     arrays_out, final = taken
 
 
-def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun, nm: _Names):
+def _run_jax(kernel, scale_kw, want_grads, run: KernelRun, nm: _Names):
+    p, dtype, layout = run.inputs, run.dtype, run.layout
     import jax
     import jax.numpy as jnp
 
@@ -420,23 +422,37 @@ def _run_jax(kernel, p, dtype, layout, scale_kw, want_grads, run: KernelRun, nm:
         run.grads[name] = _read(g, f"d{name}", nm.kinds[name], layout)
 
 
-def run_kernel(kernel: Callable, problem: Problem, dtype: str = "float32", *, layout: str = "bhtd",
-               scale: float = 1.0, framework: str | None = None, grads: bool = True,
-               device: str | None = None, family=None) -> KernelRun:
-    """Run ``kernel`` on ``problem`` (canonical float64, cotangents included) rounded to ``dtype``
-    and given in ``layout``; return what it gave (:class:`KernelRun`). Never raises for what the
-    kernel does: an exception inside it, or outputs of the wrong structure, land in ``error``.
+@dataclass(frozen=True)
+class Call:
+    """How :func:`run_kernel` calls a kernel, beyond the dtype its inputs are rounded to: the
+    ``layout`` they are given in, the ``scale`` (passed when the kernel takes one), its
+    ``framework`` ("torch", "numpy", "jax"; None: detected, :func:`detect_framework`), the torch
+    ``device`` its inputs are put on (torch only; None: "cpu") and the recurrence ``family``
+    whose arguments it takes (``glaref._audit._family.Family``; None: the scalar gate's)."""
 
-    framework: "torch", "numpy", "jax", or None to detect it (:func:`detect_framework`).
+    layout: str = "bhtd"
+    scale: float = 1.0
+    framework: str | None = None
+    device: str | None = None
+    family: Any = None
+
+
+def run_kernel(kernel: Callable, problem: Problem, dtype: str = "float32", *, grads: bool = True,
+               call: Call = Call()) -> KernelRun:
+    """Run ``kernel`` on ``problem`` (canonical float64, cotangents included) rounded to ``dtype``
+    and called as ``call`` says (:class:`Call`); return what it gave (:class:`KernelRun`). Never
+    raises for what the kernel does: an exception inside it, or outputs of the wrong structure,
+    land in ``error``.
+
     grads: also run the backward pass (torch, JAX) with the problem's do and dh_T.
     Packed sequences (``problem.cu_seqlens``) reach the kernel as the keyword ``cu_seqlens=``
-    (an int64 tensor on ``device`` for torch, an int64 NumPy array otherwise).
-    device: torch only, where the inputs are put ("cpu" by default, "cuda" for a GPU kernel).
-    family: the recurrence (``glaref._audit._family.Family``: its inputs, arrays, outputs and
-    kinds, ``problem`` one of its problems); None: the scalar gate's, ``problem`` a
-    ``glaref._inputs.Problem``.
+    (an int64 tensor on ``call.device`` for torch, an int64 NumPy array otherwise).
+    ``family``'s problems (``problem`` one of them) for a family other than the scalar gate's
+    (a ``glaref._inputs.Problem``).
     Bad arguments (an unknown framework, dtype or layout) raise ValueError naming them.
     """
+    layout, framework, device, family = call.layout, call.framework, call.device, call.family
+    scale = call.scale
     check_layout(layout)
     if dtype not in DTYPES:
         raise DTypeError(f"dtype: got {dtype!r}, expected one of {DTYPES}", argument="dtype")
@@ -452,9 +468,9 @@ def run_kernel(kernel: Callable, problem: Problem, dtype: str = "float32", *, la
     nm = _names(family)
     run = KernelRun(framework=fw, dtype=dtype, layout=layout, inputs=problem)
     if fw == "torch":
-        _run_torch(kernel, problem, dtype, layout, scale_kw, grads, device or "cpu", run, nm)
+        _run_torch(kernel, scale_kw, grads, device or "cpu", run, nm)
     elif fw == "jax":
-        _run_jax(kernel, problem, dtype, layout, scale_kw, grads, run, nm)
+        _run_jax(kernel, scale_kw, grads, run, nm)
     else:
-        _run_numpy(kernel, problem, dtype, layout, scale_kw, grads, run, nm)
+        _run_numpy(kernel, scale_kw, grads, run, nm)
     return run

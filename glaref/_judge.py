@@ -15,12 +15,12 @@ sees them through ``_verdict.budget_view`` (``Truth.budget_view``).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from . import _baseline, _claims, _metrics, _verdict
+from . import _baseline, _metrics, _verdict
 from ._budget import problem_scales
 from ._claims import Claims
 from ._designs import yardstick
@@ -127,14 +127,14 @@ def _claimed(claims: Claims | None, declared: dict) -> Claims:
     (compute_dtype, accumulate_dtype as judged, chunk_size, operand_dtype, dlog_alpha_form)
     parsed here."""
     if claims is None:
-        return _claims.parse(**declared)
+        return Claims(**declared)
     if declared:
         raise TypeError(f"claims and claim keywords {sorted(declared)} given together, expected "
                         "one of them")
     return claims
 
 
-def _proven_arithmetic(c: Claims) -> tuple[str, str | None]:
+def proven_arithmetic(c: Claims) -> tuple[str, str | None]:
     """(the unit dtype of budget_ulps and of the proven bound, the accumulate dtype it assumes)
     for claims ``c``."""
     cdtype = c.compute_dtype or c.dtype
@@ -171,14 +171,11 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
     ref_out = {r: _baseline.round_to(refs[r][stick.key(r, name)], dtype) for r in stick.roles(name)}
     # the proven bound takes scalar gates of one sequence per row: vector gates and packed
     # sequences are presented to it as such (_verdict.budget_view)
-    dims, log_alpha = truth.budget_view()
-    proven, proven_acc = _proven_arithmetic(c)
+    proven, proven_acc = proven_arithmetic(c)
     return _verdict.assess(name, x, truth.reference(name, final), scale=sc,
-                           compute_dtype=proven, dims=dims,
-                           log_alpha=log_alpha, reference_outputs=ref_out,
-                           chunk_size=c.chunk_size, accumulate_dtype=proven_acc,
-                           returned_dtype=dtype, decay_form=c.decay_form,
-                           dlog_alpha_form=c.dlog_alpha_form, strict=c.strict)
+                           claims=replace(c, compute_dtype=proven, accumulate_dtype=proven_acc),
+                           view=truth.budget_view(), reference_outputs=ref_out,
+                           returned_dtype=dtype)
 
 
 def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[str, str], *,
@@ -249,7 +246,7 @@ def mismatches(truth: Truth, per: dict[str, _verdict.Assessment],
     element errors are the verdict's own (``_metrics.element_ulps`` with the scale, unit and
     sizes :func:`assess_output` judged with)."""
     scales = truth.scales(final, grads)
-    unit = _proven_arithmetic(claims)[0]
+    unit = proven_arithmetic(claims)[0]
     dims = truth.budget_view()[0]
     out = {}
     for name, a in per.items():

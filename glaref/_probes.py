@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 
-from ._frameworks import accepts, detect_framework, run_kernel
+from ._frameworks import Call, accepts, detect_framework, run_kernel
 from ._inputs import Dims, Problem, from_canonical, kernel_returns, to_canonical
 from ._problems import round_to_dtype
 
@@ -120,12 +120,11 @@ def kernel_runner(kernel: Callable, dtype: str, *, layout: str = "bhtd", scale: 
     """A Runner for ``kernel`` (JAX, torch or NumPy, as ``glaref._frameworks.run_kernel`` runs
     it: ``(q, k, v, log_alpha, h0) -> o | (o, h_T)`` in ``layout``, or ``family``'s arguments,
     differentiated by its framework); packed problems pass their offsets as ``cu_seqlens=``."""
-    fw = framework or detect_framework(kernel)
+    call = Call(layout, scale, framework or detect_framework(kernel), device, family)
 
     def run(p: Problem, grads: bool) -> dict[str, np.ndarray]:
         fn = kernel if p.cu_seqlens is None else functools.partial(kernel, cu_seqlens=p.cu_seqlens)
-        r = run_kernel(fn, p, dtype, layout=layout, scale=scale, framework=fw, grads=grads,
-                       device=device, family=family)
+        r = run_kernel(fn, p, dtype, grads=grads, call=call)
         if r.error is not None:
             raise KernelFailed(f"{r.error['type']}: {(r.error['message'].splitlines() or [''])[0]}")
         out = dict(r.outputs)
@@ -723,10 +722,20 @@ def chunk_sweep(run: Runner, regime: str, dims: Dims, seed: int, dtype: str, jud
     return _guard("chunk_sweep", body)
 
 
-def run_probes(run: Runner, regime: str, dims: Dims, seed: int, dtype: str, judge: Judge, *,
-               family: Family, chunk_size: int | None = None,
-               which=PROBES) -> list[ProbeResult]:
-    """Every probe in ``which`` on the problem (regime, dims, seed, dtype) of a row; ``judge``
+class RowProblem(NamedTuple):
+    """The problem of an audited row, which the probes remake and vary as the audit makes it
+    (``family.make_problem(regime, dims, seed, dtype)``)."""
+
+    regime: str
+    dims: Dims
+    seed: int
+    dtype: str
+
+
+def run_probes(run: Runner, row: RowProblem, judge: Judge, *, family: Family,
+               chunk_size: int | None = None, which=PROBES) -> list[ProbeResult]:
+    """Every probe in ``which`` (names from ``PROBES``, as the faces checked them:
+    ``glaref._audit._engine.check_probes``) on the problem ``row`` of a row; ``judge``
     the verdict for the probes that judge (cotangents, chunk_sweep). The problem is made as the
     audit makes the row's, so a runner holding the row's compiled program
     (:meth:`JaxProbeRunner.use_row`) runs determinism, causality and cotangents without
@@ -734,9 +743,7 @@ def run_probes(run: Runner, regime: str, dims: Dims, seed: int, dtype: str, judg
     which follows the row's T), and the chunk sweep runs its five lengths as one program
     (:func:`run_many`), whose shapes do not depend on the row's T or regime: a runner kept for a
     whole audit compiles it once per kernel and config."""
-    for w in which:
-        if w not in PROBES:
-            raise ValueError(f"probes: got {w!r}, expected names from {PROBES}")
+    regime, dims, seed, dtype = row
     p = family.make_problem(regime, dims, seed, dtype)
     packing = Packing(run, regime, dims, seed, dtype, family)
     out = []

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from . import _judge
 from ._inputs import GRADS, OUTPUTS
-from ._metrics import rel_err
+from ._verdict import Assessment
 
 KINDS = ("systematic", "random")
 
@@ -40,31 +41,24 @@ def inject(x: np.ndarray, eps: float, kind: str, seed: int = 0) -> np.ndarray:
 
 
 def threshold(truth: _judge.Truth, name: str, x: np.ndarray, dtype: str, kind: str, *,
-              final: bool, grads: bool, compute_dtype: str, accumulate_dtype: str | None = None,
-              chunk_size: int | None = None, dlog_alpha_form: str | None = None,
-              decay_form: str | None = None, rel_precision: float = 0.02,
-              level: str = "not_ok", assess=None) -> dict:
+              assess: Callable[..., Assessment], rel_precision: float = 0.02,
+              level: str = "not_ok") -> dict:
     """{"natural": the output's own rel_err, "eps": the smallest injected eps the verdict flags
     (to ``rel_precision``), "ratio": eps / natural, "clean": the uninjected output passes}.
     eps is inf when nothing up to 1e3 is flagged (the output is zero, say). ``level``: flagged
     means an outcome other than ok ("not_ok": less accurate or FAIL) or a failure ("fail").
-    ``assess(truth, name, x, dtype)``: the verdict of one output for a recurrence family of its
-    own (``glaref.delta._family.assess_output`` with its claims); None: ``_judge.assess_output``
-    with the claim keywords above."""
+    ``assess(truth, name, x, dtype)``: the verdict of one output with the kernel's claims, e.g.
+    ``functools.partial(_judge.assess_output, final=True, grads=True, claims=c)`` or a recurrence
+    family's own (``glaref.delta._family.assess_output``)."""
     if level not in ("not_ok", "fail"):
         raise ValueError(f"level: got {level!r}, expected 'not_ok' or 'fail'")
-    judge = dict(final=final, grads=grads, compute_dtype=compute_dtype,
-                 accumulate_dtype=accumulate_dtype, chunk_size=chunk_size,
-                 dlog_alpha_form=dlog_alpha_form, decay_form=decay_form)
-    ref = truth.reference(name, final)
-    natural = rel_err(np.asarray(x, dtype=np.float64), ref)
 
     def flagged(eps: float) -> bool:
-        y = inject(x, eps, kind)
-        a = (_judge.assess_output(truth, name, y, dtype, **judge) if assess is None else
-             assess(truth, name, y, dtype))
+        a = assess(truth, name, inject(x, eps, kind), dtype)
         return not a.ok if level == "fail" else a.outcome != "ok"
 
+    # the kernel's own error, as the verdict measures it (_metrics.rel_err against the oracle)
+    natural = assess(truth, name, x, dtype).rel_err
     clean = not flagged(0.0)
     hi = max(natural, 1e-12)
     while not flagged(hi):

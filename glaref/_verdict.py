@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -78,6 +79,9 @@ from . import _metrics
 from ._designs import yardstick
 from ._inputs import OUTPUTS, Dims, Problem
 from .tolerances import UNIT_ROUNDOFF, lookup, tol
+
+if TYPE_CHECKING:                        # _claims reads this module's vocabulary
+    from ._claims import Claims
 
 # How a kernel computes dlog_alpha, when it says (``dlog_alpha_form``; None: unknown):
 #   "identity"  the chunk-local reverse-cumsum identity sum_{s >= t} (q_s . dq_s - k_s . dk_s)
@@ -89,15 +93,6 @@ from .tolerances import UNIT_ROUNDOFF, lookup, tol
 # Unknown, dlog_alpha is held to the direct form, the most accurate correct design, and the
 # identity widens only its envelope (``glaref._designs.yardstick``): less accurate, never FAIL.
 DLOG_ALPHA_FORMS = ("identity", "direct")
-
-
-def check_dlog_alpha_form(form) -> str | None:
-    """``form`` itself when it is None or one of ``DLOG_ALPHA_FORMS``, else a ValueError naming
-    the argument."""
-    if form is not None and form not in DLOG_ALPHA_FORMS:
-        raise ValueError(f"dlog_alpha_form: got {form!r}, expected None (unknown) or one of "
-                         f"{DLOG_ALPHA_FORMS}")
-    return form
 
 
 # the arithmetic a kernel's errors are measured in: its input dtype, or TF32 for float32 matmuls
@@ -189,7 +184,15 @@ def _bound_for_chunk(output: str, dims: Dims, C: int, log_alpha) -> float:
     return accumulation_depth(output, dims, C) + g
 
 
-def budget_view(p: Problem) -> tuple[Dims, np.ndarray]:
+class BudgetView(NamedTuple):
+    """A problem as the proven bound takes it (:func:`budget_view`): its dims and its scalar
+    gates (B, H, T), one sequence per row."""
+
+    dims: Dims
+    log_alpha: np.ndarray
+
+
+def budget_view(p: Problem) -> BudgetView:
     """``(dims, log_alpha)`` to pass to the bound (``budget_bound`` / ``assess``, which
     take scalar gates (B, H, T) of one sequence per row) for any problem ``p``.
 
@@ -205,14 +208,14 @@ def budget_view(p: Problem) -> tuple[Dims, np.ndarray]:
     if p.vector_gate:
         la = np.moveaxis(la, 3, 2).reshape(B, H * la.shape[3], T)
     if p.cu_seqlens is None:
-        return p.dims, la
+        return BudgetView(p.dims, la)
     cu = np.asarray(p.cu_seqlens)
     lens = np.diff(cu)
     L = int(lens.max()) if lens.size else 0
     rows = np.zeros((len(lens), la.shape[1], L))
     for n, (t0, t1) in enumerate(zip(cu[:-1], cu[1:])):
         rows[n, :, :t1 - t0] = la[0, :, t0:t1]
-    return replace(p.dims, B=len(lens), T=L), rows
+    return BudgetView(replace(p.dims, B=len(lens), T=L), rows)
 
 
 def budget_bound(output: str, compute_dtype: str, dims: Dims, chunk_size: int | None = None, *,
@@ -270,11 +273,10 @@ def reference_arithmetic(compute_dtype: str, accumulate_dtype: str | None,
     dtypes the kernel returned), unless ``operand_dtype`` says the kernel also rounds its matmul
     operands (flash-linear-attention's Triton kernels feed 16-bit operands to tl.dot): then the
     references round theirs to it too. 16-bit inputs accumulating in their own format: operands
-    and sums rounded to it."""
-    lookup(UNIT_ROUNDOFF, compute_dtype, "compute_dtype")
-    if operand_dtype is not None:
-        lookup(UNIT_ROUNDOFF, operand_dtype, "operand_dtype")
-        operand_dtype = None if operand_dtype in ("float32", "float64") else operand_dtype
+    and sums rounded to it. The dtypes are the claims' (``glaref._claims.Claims``), checked
+    there."""
+    if operand_dtype in ("float32", "float64"):
+        operand_dtype = None
     if compute_dtype == "float64":
         return {"arith": "float64", "operand": None, "storage": None}
     if compute_dtype == "float32":
@@ -282,7 +284,6 @@ def reference_arithmetic(compute_dtype: str, accumulate_dtype: str | None,
     if compute_dtype == "tf32":
         return {"arith": "float32", "operand": "tf32", "storage": None}
     acc = accumulate_dtype or compute_dtype
-    lookup(UNIT_ROUNDOFF, acc, "accumulate_dtype")
     if acc in ("float32", "float64"):   # float32 is what the references carry at most
         return {"arith": "float32", "operand": operand_dtype, "storage": None}
     return {"arith": "float32", "operand": compute_dtype, "storage": acc}
@@ -400,11 +401,9 @@ def _norm(x: np.ndarray) -> float:
     return float(np.linalg.norm(x.ravel()))
 
 
-def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_alpha,
-           reference_outputs: dict[str, np.ndarray] | None, chunk_size: int | None = None,
-           accumulate_dtype: str | None = None, dtype_label: str | None = None,
-           returned_dtype: str | None = None, decay_form: str | None = None,
-           dlog_alpha_form: str | None = None, strict: bool = False) -> Assessment:
+def assess(output: str, x, ref, *, scale, claims: Claims, view: BudgetView,
+           reference_outputs: dict[str, np.ndarray] | None,
+           returned_dtype: str | None = None) -> Assessment:
     """Figures and the two-tier verdict of one output (module docstring), with the calibrated
     tier's three outcomes (``Assessment.outcome``): within R times the baseline of the most
     accurate designs, ok; beyond it but within R times the envelope of the field's correct
@@ -414,15 +413,21 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
 
     x: the kernel's value (any real float dtype, canonical layout); ref: the oracle's float64
     value on the same rounded inputs; scale: its error scale (``_budget``; the identity's for
-    log_alpha). reference_outputs: {role: value} of the same-precision reference kernels that
-    judge this output (``glaref._designs.Yardstick.roles``), already rounded to the dtype the
-    kernel returned it in (None: the calibrated tier is not run and the verdict cannot pass).
-    chunk_size, decay_form, dlog_alpha_form and accumulate_dtype: what is known of the kernel
-    (``budget_bound``, ``baseline_error``, ``glaref._designs.yardstick``).
-    returned_dtype: the dtype the kernel returned this output in (the floor's rounding; None:
-    the compute dtype).
-    dtype_label names the references' precision in messages (default: the compute dtype).
+    log_alpha). claims: what is known of the kernel, as the proven bound reads it
+    (``glaref._judge.assess_output`` gives them): ``compute_dtype`` the unit of budget_ulps and
+    of the bound (set), ``accumulate_dtype``, ``chunk_size``, ``decay_form``,
+    ``dlog_alpha_form`` (``budget_bound``, ``baseline_error``, ``glaref._designs.yardstick``)
+    and ``strict``; they were checked at the face (``glaref._claims``). view: the problem as the
+    bound takes it (:func:`budget_view`). reference_outputs: {role: value} of the
+    same-precision reference kernels that judge this output
+    (``glaref._designs.Yardstick.roles``), already rounded to the dtype the kernel returned it
+    in (None: the calibrated tier is not run and the verdict cannot pass). returned_dtype: the
+    dtype the kernel returned this output in (the floor's rounding; None: the compute dtype).
+    Messages name the references' precision by the compute dtype.
     """
+    compute_dtype, accumulate_dtype = claims.compute_dtype, claims.accumulate_dtype
+    chunk_size, decay_form = claims.chunk_size, claims.decay_form
+    dims, log_alpha = view
     _check_output(output)
     x = np.asarray(x)
     count, first = _metrics.nonfinite(x)
@@ -434,7 +439,7 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
     R = tol("calibrated_ratio")
     a = Assessment(output, m["rel_err"], m["max_abs_err"], m["budget_ulps"], bound, None, None, R,
                    count, first)
-    label = dtype_label or compute_dtype
+    label = compute_dtype
     if count:
         where = "" if first is None else f", first at {tuple(first)}"
         a.failed_tier, a.reason = "nonfinite", f"{output}: {count} non-finite value(s){where}"
@@ -447,7 +452,7 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
         base = max(baseline_error(errs, chunk_size, decay_form), floor)
         a.baseline_rel_err = base / ref_norm if ref_norm else base
         a.ratio = 0.0 if err == 0 else (err / base if base > 0 else math.inf)
-        stick = yardstick(chunk_size, decay_form, dlog_alpha_form)
+        stick = yardstick(chunk_size, decay_form, claims.dlog_alpha_form)
         field_errs = {r: errs[r] for r in stick.field if r in errs and math.isfinite(errs[r])}
         env = max([base] + list(field_errs.values()))
         a.envelope_ratio = 0.0 if err == 0 else (err / env if env > 0 else math.inf)
@@ -486,7 +491,7 @@ def assess(output: str, x, ref, *, scale, compute_dtype: str, dims: Dims, log_al
         a.reason = (f"{output}: less accurate: {a.ratio:.3g}x the error of the most accurate "
                     f"{label} reference kernels (allowed {R:g}x), {a.envelope_ratio:.3g}x that "
                     f"of a correct design the field ships: {a.design}; {sharpen}")
-        if strict:
+        if claims.strict:
             a.failed_tier = "strict"
             a.reason += "; a failure under strict"
     else:

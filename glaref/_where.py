@@ -29,11 +29,13 @@ says the error is spread and gives the profile's figures.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import _baseline, _judge
+from ._claims import Claims
 from ._inputs import Dims
 from ._metrics import underflow_floor
 from .tolerances import UNIT_ROUNDOFF, lookup, tol
@@ -199,14 +201,16 @@ def jump_score(E: np.ndarray, C: int) -> float:
     return float(np.mean(at) / max(float(np.mean(inside)), 1e-12))
 
 
-def profile(name: str, x, ref, scale, *, compute_dtype: str, dims: Dims,
-            chunk_size: int | None = None, baseline=None, ratio: float | None = None) -> Profile:
+def profile(name: str, x, ref, scale, *, claims: Claims, dims: Dims, baseline=None,
+            ratio: float | None = None) -> Profile:
     """The error profile of output ``name`` (o, h_T, q, k, v, log_alpha, h0): ``x`` the kernel's
     value, ``ref`` the oracle's and ``scale`` the oracle's per-element scale, all canonical arrays
     of one shape; ``baseline`` the same-precision reference kernels' values (a list of arrays, or
-    one), whose largest profile times ``ratio`` is the band. ``chunk_size``: the kernel's chunk
-    length when known (1 for a scan: no chunk profile); None: inferred from the jumps of the time
-    profile when they are clear (:func:`infer_chunk`)."""
+    one), whose largest profile times ``ratio`` is the band. ``claims``: what is known of the
+    kernel, as the verdict reads it: ``compute_dtype`` the unit of budget_ulps (set), and
+    ``chunk_size`` its chunk length when known (1 for a scan: no chunk profile; None: inferred
+    from the jumps of the time profile when they are clear, :func:`infer_chunk`)."""
+    compute_dtype, chunk_size = claims.compute_dtype, claims.chunk_size
     x = np.asarray(x, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     w = budget_unit(name, scale, compute_dtype, dims)
@@ -500,13 +504,11 @@ def row_profiles(truth, canonical: dict[str, np.ndarray], dtypes: dict[str, str]
     ``calibrated_ratio`` times the reference kernels' profile, as the verdict holds the whole
     output to it."""
     c = _judge._claimed(claims, declared)
-    cdtype = c.compute_dtype or c.dtype
     scales = truth.scales(final, grads)
     # the verdict's own references (the same design: chunk size and decay form), cached there
     refs, stick = _judge.claimed_references(truth, c, final, grads)
-    unit = cdtype
-    if c.operand_dtype is not None and UNIT_ROUNDOFF[c.operand_dtype] > UNIT_ROUNDOFF[cdtype]:
-        unit = c.operand_dtype          # the unit of budget_ulps, as _judge.assess_output has it
+    # budget_ulps in the unit the verdict measures them in (_judge.assess_output)
+    unit = replace(c, compute_dtype=_judge.proven_arithmetic(c)[0])
     dims = truth.p.dims
     out = {}
     for name, x in canonical.items():
@@ -515,9 +517,8 @@ def row_profiles(truth, canonical: dict[str, np.ndarray], dtypes: dict[str, str]
         sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
         base = [_baseline.round_to(refs[r][stick.key(r, name)], dtypes.get(name))
                 for r in stick.roles(name)]
-        out[name] = profile(name, x, truth.reference(name, final), sc, compute_dtype=unit,
-                            dims=dims, chunk_size=c.chunk_size, baseline=base,
-                            ratio=tol("calibrated_ratio"))
+        out[name] = profile(name, x, truth.reference(name, final), sc, claims=unit, dims=dims,
+                            baseline=base, ratio=tol("calibrated_ratio"))
     return out
 
 

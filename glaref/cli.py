@@ -27,7 +27,7 @@ from ._audit import _merge, _report, audit
 from ._audit._args import check_preset, family
 from ._audit._args import split as _split
 from ._audit._presets import CONFIGS, PRESETS, parse_config, regime_names
-from ._claims import parse
+from ._claims import Claims
 from ._errors import AuditEnvironmentError, AuditUsageError, GlarefError
 
 __all__ = ["PROG", "main"]
@@ -205,7 +205,7 @@ def _audit(ns: argparse.Namespace) -> int:
 
     # The table needs column widths before the first row: resolve names cheaply here.
     try:
-        fam = family(parse(recurrence=ns.recurrence).recurrence)
+        fam = family(Claims(recurrence=ns.recurrence).recurrence)
         pre = check_preset(ns.preset, fam)
         ns.regime = ",".join(regime_names(ns.regime, pre.regimes, fam.all_regimes))
         names = impls if impls else list(pre.impls)

@@ -96,14 +96,14 @@ CLAIM_KEYWORDS = ("dtype", "layout", "compute_dtype", "accumulate_dtype", "opera
 
 
 def parse_claims(claimed: dict[str, Any], function: str, **defaults: Any) -> Claims:
-    """The claim keywords a testing function was given (``_claims.parse``), ``defaults`` where
+    """The claim keywords a testing function was given (``_claims.Claims``), ``defaults`` where
     absent; an unknown keyword is a usage error naming it."""
     unknown = sorted(set(claimed) - set(CLAIM_KEYWORDS))
     if unknown:
         raise TypeError(f"{function}() got unexpected keyword argument(s) {unknown}, expected "
                         f"claims among {CLAIM_KEYWORDS}" + (" (or backend, precision)" if
                                                             function == "check_kernel" else ""))
-    return _claims.parse(**{**defaults, **claimed})
+    return Claims(**{**defaults, **claimed})
 
 
 def _run_check(kernel, framework, rows, claims: Claims, *, backend, precision, device,
@@ -220,8 +220,8 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
         fam = _args.family(parsed.recurrence)
         # the family's own default regimes (the quick preset's: for the scalar gate CHECK_REGIMES)
         pre = replace(_CHECK, regimes=fam.presets["quick"].regimes)
-        rows = _args.rows(pre, configs=configs, seqs=seqs, modes=modes, regimes=regimes,
-                          seed=seed, scale=scale, cu_seqlens=cu_seqlens, fam=fam)
+        rows = _args.rows(pre, _args.problems(seed, scale, cu_seqlens), configs=configs,
+                          seqs=seqs, modes=modes, regimes=regimes, fam=fam)
         records = _run_check(kernel, framework, rows, parsed, backend=backend,
                              precision=precision, device=device, probes=probes)
     except ClaimError as exc:

@@ -17,6 +17,7 @@ import pytest
 
 import glaref
 from glaref import _budget, _metrics, _reference, _verdict, regimes
+from glaref._claims import Claims
 from glaref._inputs import OUTPUTS, Dims, Problem
 from glaref.tolerances import SMALLEST_NORMAL, UNIT_ROUNDOFF, tol
 
@@ -167,7 +168,7 @@ def test_gate_mass_and_depth_by_hand():
         _verdict.budget_bound("o", "float32", d, 0, log_alpha=zero)
 
 
-def _assess_case(err_factor: float, ref_factor: float = 1.0, chunk_size=16, **kw):
+def _assess_case(err_factor: float, ref_factor: float = 1.0, chunk_size=16):
     """One output ("v") of a small problem: the kernel's value is ref + err_factor * e and each
     reference kernel's ref + ref_factor * e, e a fixed pattern of size 1e-7 relative."""
     d = Dims(1, 1, 2, 40, 4, 4)
@@ -178,8 +179,9 @@ def _assess_case(err_factor: float, ref_factor: float = 1.0, chunk_size=16, **kw
     scale = 2 * np.abs(ref) + 1.0
     refs = {"scan": ref + ref_factor * e, "chunked": ref - ref_factor * e,
             "chunked_wide": ref + ref_factor * e}
-    return _verdict.assess("v", ref + err_factor * e, ref, scale=scale, compute_dtype="float32",
-                           dims=d, log_alpha=la, reference_outputs=refs, chunk_size=chunk_size, **kw)
+    return _verdict.assess("v", ref + err_factor * e, ref, scale=scale,
+                           claims=Claims(compute_dtype="float32", chunk_size=chunk_size),
+                           view=_verdict.BudgetView(d, la), reference_outputs=refs)
 
 
 def test_calibrated_tier_fails_exactly_past_the_allowed_ratio():
@@ -214,19 +216,20 @@ def test_proven_tier_fails_past_the_worst_case_bound_whatever_the_references():
 
 
 def test_nonfinite_and_undecided():
+    f32 = Claims(compute_dtype="float32")
     d = Dims(1, 1, 2, 40, 4, 4)
     la = np.full((1, 2, 40), -0.5)
     ref = np.ones((1, 2, 40, 4))
     x = ref.copy()
     x[0, 1, 2, 3] = np.nan
-    a = _verdict.assess("v", x, ref, scale=ref, compute_dtype="float32", dims=d, log_alpha=la,
+    a = _verdict.assess("v", x, ref, scale=ref, claims=f32, view=_verdict.BudgetView(d, la),
                         reference_outputs={"scan": ref, "chunked": ref, "chunked_wide": ref})
     assert a.failed_tier == "nonfinite" and a.reason == "v: 1 non-finite value(s), first at (0, 1, 2, 3)"
-    b = _verdict.assess("v", ref, ref, scale=ref, compute_dtype="float32", dims=d, log_alpha=la,
+    b = _verdict.assess("v", ref, ref, scale=ref, claims=f32, view=_verdict.BudgetView(d, la),
                         reference_outputs=None)
     assert b.failed_tier == "undecided" and not b.ok
     with pytest.raises(ValueError, match="output: got 'dq'"):
-        _verdict.assess("dq", ref, ref, scale=ref, compute_dtype="float32", dims=d, log_alpha=la,
+        _verdict.assess("dq", ref, ref, scale=ref, claims=f32, view=_verdict.BudgetView(d, la),
                         reference_outputs=None)
 
 

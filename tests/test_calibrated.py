@@ -147,8 +147,8 @@ def test_sensitivity_of_the_chunked_kernel_with_the_cli_defaults(regime, dtype):
     for name in OUTPUTS:
         form = "identity" if name == "log_alpha" else None
         for kind in _sensitivity.KINDS:
-            r = _sensitivity.threshold(t, name, outs[name], dts[name], kind, dlog_alpha_form=form,
-                                       **_judge_kw(dtype))
+            judge = functools.partial(_judge.assess_output, dlog_alpha_form=form, **_judge_kw(dtype))
+            r = _sensitivity.threshold(t, name, outs[name], dts[name], kind, assess=judge)
             assert r["clean"], (name, kind)              # the correct kernel itself passes
             worst.append((r["ratio"], name, kind))
     assert max(worst)[0] <= SENSITIVITY_TARGET, sorted(worst)[-3:]
@@ -183,8 +183,9 @@ def test_a_declared_dlog_alpha_form_binds_and_sharpens():
     outs, dts = _sensitivity.jax_outputs(_zoo()["scan"], t, "float32")
     for kind in _sensitivity.KINDS:
         for form in (None, "direct"):
+            judge = functools.partial(_judge.assess_output, dlog_alpha_form=form, **kw)
             r = _sensitivity.threshold(t, "log_alpha", outs["log_alpha"], dts["log_alpha"], kind,
-                                       dlog_alpha_form=form, **kw)
+                                       assess=judge)
             assert r["clean"] and r["ratio"] <= SENSITIVITY_TARGET, (kind, form, r)
     with pytest.raises(ValueError, match="dlog_alpha_form: got 'autodiff'"):
         _judge.assess_output(t, "log_alpha", *la, dlog_alpha_form="autodiff", **kw)
@@ -211,8 +212,9 @@ def test_injection_and_threshold_are_what_they_say():
     # kernel's own, so the threshold found is where the verdict's ratio crosses the allowed one
     t = truth("standard", SMALL, 0, "float32")
     outs, dts = _sensitivity.jax_outputs(_zoo()["chunked64"], t, "float32")
-    r = _sensitivity.threshold(t, "o", outs["o"], dts["o"], "systematic", **_judge_kw("float32"))
     kw = _judge_kw("float32")
+    judge = functools.partial(_judge.assess_output, **kw)
+    r = _sensitivity.threshold(t, "o", outs["o"], dts["o"], "systematic", assess=judge)
     below = _judge.assess_output(t, "o", _sensitivity.inject(outs["o"], 0.97 * r["eps"], "systematic"),
                                  dts["o"], **kw)
     above = _judge.assess_output(t, "o", _sensitivity.inject(outs["o"], r["eps"], "systematic"),
@@ -220,7 +222,8 @@ def test_injection_and_threshold_are_what_they_say():
     R = tol("calibrated_ratio")
     assert below.outcome == "ok" and above.outcome != "ok" and below.ratio <= R < above.ratio
     # the FAIL threshold: where the ratio to the envelope of the field's designs crosses R
-    f = _sensitivity.threshold(t, "o", outs["o"], dts["o"], "systematic", level="fail", **kw)
+    f = _sensitivity.threshold(t, "o", outs["o"], dts["o"], "systematic", level="fail",
+                               assess=judge)
     assert f["eps"] >= r["eps"]
     below = _judge.assess_output(t, "o", _sensitivity.inject(outs["o"], 0.97 * f["eps"], "systematic"),
                                  dts["o"], **kw)

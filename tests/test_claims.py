@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import glaref
-from glaref import _claims, _designs, _verdict
+from glaref import _designs, _verdict
 from glaref._claims import Claims
 from glaref.testing import check_kernel
 
@@ -19,16 +19,16 @@ TINY = "1,1,2,4,3"
 
 @pytest.mark.parametrize("spelled", ["float32", np.float32, np.dtype("float32")])
 def test_dtypes_are_accepted_as_users_spell_them(spelled):
-    c = _claims.parse(dtype=spelled, compute_dtype=spelled, accumulate_dtype=spelled,
+    c = Claims(dtype=spelled, compute_dtype=spelled, accumulate_dtype=spelled,
                       operand_dtype=spelled)
     assert (c.dtype, c.compute_dtype, c.accumulate_dtype, c.operand_dtype) == ("float32",) * 4
 
 
 def test_framework_dtypes_are_accepted_without_importing_the_framework():
     torch = pytest.importorskip("torch")
-    assert _claims.parse(dtype=torch.bfloat16).dtype == "bfloat16"
+    assert Claims(dtype=torch.bfloat16).dtype == "bfloat16"
     jnp = pytest.importorskip("jax.numpy")
-    assert _claims.parse(dtype=jnp.float16).dtype == "float16"
+    assert Claims(dtype=jnp.float16).dtype == "float16"
 
 
 @pytest.mark.parametrize("kw, argument", [
@@ -51,7 +51,7 @@ def test_framework_dtypes_are_accepted_without_importing_the_framework():
 ])
 def test_every_bad_claim_is_one_error_type_naming_its_argument(kw, argument):
     with pytest.raises(glaref.ClaimError) as info:
-        _claims.parse(**kw)
+        Claims(**kw)
     e = info.value
     assert e.argument == argument and str(e).startswith(f"{argument}: got ")
     # a usage error of the audit and a dtype error of the testing API at once

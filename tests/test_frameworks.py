@@ -14,7 +14,7 @@ import pytest
 
 import glaref
 from glaref import DTypeError, LayoutError
-from glaref._frameworks import detect_framework, run_kernel
+from glaref._frameworks import Call, detect_framework, run_kernel
 from glaref._inputs import GRADS
 from glaref.tolerances import tol
 
@@ -75,7 +75,8 @@ def check_against_oracle(run, tolerance, with_grads=True, scale=1.0):
 @pytest.mark.parametrize("layout", ["bhtd", "bthd"])
 def test_torch_float64_kernel_every_gradient(layout):
     p = rand_problem(2, 2, 4, 13, 5, 3, seed=1)
-    run = run_kernel(functools.partial(torch_loop, layout=layout), p, "float64", layout=layout)
+    run = run_kernel(functools.partial(torch_loop, layout=layout), p, "float64",
+                     call=Call(layout=layout))
     assert run.ok and run.framework == "torch" and run.final_state
     assert run.outputs["o"].shape == (2, 4, 13, 3) and run.grads["q"].shape == (2, 2, 13, 5)
     assert set(run.dtypes.values()) == {"float64"}
@@ -112,7 +113,7 @@ def test_torch_bfloat16_dtypes_are_recorded():
 @needs_torch
 def test_scale_is_passed_when_the_signature_takes_it():
     p = rand_problem(1, 1, 2, 5, 3, 3, seed=4)
-    run = run_kernel(torch_loop, p, "float64", scale=0.3)
+    run = run_kernel(torch_loop, p, "float64", call=Call(scale=0.3))
     check_against_oracle(run, tol("frameworks_loop_f64"), scale=0.3)
 
 
@@ -172,7 +173,7 @@ def test_kernel_that_raises_is_reported_not_raised():
 
     def broken(q, k, v, log_alpha, h0):
         raise RuntimeError("triton: out of shared memory")
-    run = run_kernel(broken, p, "float32", framework="torch")
+    run = run_kernel(broken, p, "float32", call=Call(framework="torch"))
     assert not run.ok and run.outputs == {}
     assert run.error["stage"] == "forward" and run.error["type"] == "RuntimeError"
     assert "out of shared memory" in run.error["message"] and "broken" in run.error["traceback"]
@@ -234,7 +235,7 @@ def test_detection():
     assert detect_framework(jax_kernel) == "jax"
     p = rand_problem(1, 1, 1, 3, 2, 2, seed=13)
     # an explicit framework wins: a torch kernel run as "numpy" gets numpy arrays and fails there
-    run = run_kernel(torch_loop, p, "float32", framework="numpy")
+    run = run_kernel(torch_loop, p, "float32", call=Call(framework="numpy"))
     assert run.framework == "numpy" and run.error["stage"] == "forward"
 
 
@@ -268,13 +269,13 @@ def test_the_framework_of_the_returned_arrays_is_recorded():
 def test_bad_arguments_raise():
     p = rand_problem(1, 1, 1, 3, 2, 2, seed=14)
     with pytest.raises(ValueError, match=r"^framework: got 'tf'"):
-        run_kernel(numpy_loop, p, framework="tf")
+        run_kernel(numpy_loop, p, call=Call(framework="tf"))
     with pytest.raises(DTypeError, match=r"^dtype: got 'float8'"):
         run_kernel(numpy_loop, p, "float8")
     with pytest.raises(LayoutError):
-        run_kernel(numpy_loop, p, layout="tbhd")
+        run_kernel(numpy_loop, p, call=Call(layout="tbhd"))
     with pytest.raises(ValueError, match=r"^device: got 'cuda' for a numpy kernel"):
-        run_kernel(numpy_loop, p, device="cuda")
+        run_kernel(numpy_loop, p, call=Call(device="cuda"))
     with pytest.raises(TypeError, match=r"^kernel: got int"):
         run_kernel(3, p)
 

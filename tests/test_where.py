@@ -19,6 +19,7 @@ import pytest
 
 import glaref
 from glaref import _judge, _where
+from glaref._claims import Claims
 from glaref._inputs import Dims
 from glaref._problems import make_problem
 
@@ -66,6 +67,7 @@ FAST = {"chunk_off_by_one": "standard", "h0_not_decayed": "standard",
 # ---------------------------------------------------------------- synthetic errors
 
 DIMS = Dims(1, 2, 4, 128, 8, 8)
+F32 = Claims(compute_dtype="float32")          # what profile reads: the unit, chunking unknown
 U32 = 2.0**-24
 
 
@@ -83,8 +85,9 @@ def _pattern(error: np.ndarray, chunk_size=16, noise: float = 2.0) -> _where.Fin
     shape = error.shape
     x, ref, scale = _synthetic(error + noise * rng.standard_normal(shape))
     base, _, _ = _synthetic(noise * rng.standard_normal(shape))
-    p = _where.profile("o", x, ref, scale, compute_dtype="float32", dims=DIMS,
-                       chunk_size=chunk_size, baseline=[base], ratio=6.0)
+    p = _where.profile("o", x, ref, scale, claims=Claims(compute_dtype="float32",
+                                                          chunk_size=chunk_size),
+                       dims=DIMS, baseline=[base], ratio=6.0)
     return _where.pattern(p)
 
 
@@ -108,7 +111,8 @@ def test_jumps_infer_the_chunk_size():
     t = np.arange(DIMS.T)
     e = np.broadcast_to((1e4 * np.exp(-(t % 32)) * (t >= 32))[None, None, :, None], _shape()).copy()
     x, ref, scale = _synthetic(e + np.random.default_rng(2).standard_normal(e.shape))
-    p = _where.profile("o", x, ref, scale, compute_dtype="float32", dims=DIMS, chunk_size=None)
+    p = _where.profile("o", x, ref, scale, dims=DIMS,
+                       claims=Claims(compute_dtype="float32", chunk_size=None))
     assert (p.chunk, p.chunk_inferred) == (32, True)
     assert _where.pattern(p).pattern == "chunk_jumps"
 
@@ -148,14 +152,14 @@ def test_scale_and_zero():
     ref = rng.standard_normal(_shape())
     scale = np.abs(ref) + 0.1
     for x, key in ((ref * (1 + 1e-3), "scale"), (np.zeros_like(ref) + 1e-9 * ref, "zero")):
-        p = _where.profile("o", x, ref, scale, compute_dtype="float32", dims=DIMS)
+        p = _where.profile("o", x, ref, scale, claims=F32, dims=DIMS)
         assert _where.pattern(p).pattern == key
 
 
 def test_nonfinite_names_the_first_index():
     x, ref, scale = _synthetic(np.zeros(_shape()))
     x[0, 2, 5, 1] = np.nan
-    p = _where.profile("o", x, ref, scale, compute_dtype="float32", dims=DIMS)
+    p = _where.profile("o", x, ref, scale, claims=F32, dims=DIMS)
     f = _where.pattern(p)
     assert f.pattern == "nonfinite" and f.figures["first"] == (0, 2, 5, 1)
     # the sentence names the axes of glaref's canonical index, for readers of another layout
@@ -166,7 +170,8 @@ def test_worst_index_and_profile_summary_are_json():
     e = np.zeros(_shape())
     e[0, 3, 77, 5] = 1e6
     x, ref, scale = _synthetic(e)
-    p = _where.profile("o", x, ref, scale, compute_dtype="float32", dims=DIMS, chunk_size=16)
+    p = _where.profile("o", x, ref, scale, dims=DIMS,
+                       claims=Claims(compute_dtype="float32", chunk_size=16))
     assert p.worst_index == [0, 3, 77, 5]
     assert np.argmax(p.time) == 77 and np.argmax(p.heads) == 3 and len(p.chunk_position) == 16
     json.dumps(p.summary(), allow_nan=False)
@@ -178,7 +183,7 @@ def test_long_time_profiles_are_binned_by_maxima():
     ref = rng.standard_normal((1, 1, 5000, 2))
     x = ref.copy()
     x[0, 0, 4321, 1] += 1.0
-    p = _where.profile("o", x, ref, np.abs(ref) + 1, compute_dtype="float32", dims=dims)
+    p = _where.profile("o", x, ref, np.abs(ref) + 1, claims=F32, dims=dims)
     assert p.time_bin == 5 and len(p.time) == 1000 and np.argmax(p.time) == 4321 // 5
 
 
@@ -187,7 +192,8 @@ def test_diagnose_needs_a_failing_output_and_a_shared_pattern():
     t = np.arange(DIMS.T)
     e = np.broadcast_to((1e4 * np.exp(-(t % 16)) * (t >= 16))[None, None, :, None], _shape())
     x, ref, scale = _synthetic(e.copy())
-    p = _where.profile("o", x, ref, scale, compute_dtype="float32", dims=DIMS, chunk_size=16)
+    p = _where.profile("o", x, ref, scale, dims=DIMS,
+                       claims=Claims(compute_dtype="float32", chunk_size=16))
     text, key = _where.diagnose({"o": p}, ["o"])
     assert key == "chunk_jumps" and text.startswith("o: the error jumps at multiples of C = 16")
 
@@ -195,7 +201,7 @@ def test_diagnose_needs_a_failing_output_and_a_shared_pattern():
 def test_profile_refuses_mismatched_shapes():
     with pytest.raises(ValueError, match="x: got shape"):
         _where.profile("o", np.zeros((1, 1, 3, 2)), np.zeros((1, 1, 3, 3)), np.ones((1, 1, 3, 3)),
-                       compute_dtype="float32", dims=DIMS)
+                       claims=F32, dims=DIMS)
 
 
 # ---------------------------------------------------------------- mutants and the zoo (JAX)
@@ -203,11 +209,11 @@ def test_profile_refuses_mismatched_shapes():
 def _row(kernel, regime: str, config=CONFIG, chunk_size=C):
     """(failing outputs, profiles, (sentence, pattern)) of one fwd_bwd row, judged as the audit
     judges it."""
-    from glaref._frameworks import run_kernel
+    from glaref._frameworks import Call, run_kernel
 
     B, G, H, dk, dv = config
     p = make_problem(regime, Dims(B, G, H, T, dk, dv), 0, "float32")
-    r = run_kernel(kernel, p, "float32", framework="jax")
+    r = run_kernel(kernel, p, "float32", call=Call(framework="jax"))
     assert r.error is None, r.error
     canon = {**r.outputs, **r.grads}
     dts = {n: "float32" for n in canon}

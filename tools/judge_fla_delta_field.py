@@ -189,12 +189,12 @@ def judge_torch(fn, dims: tuple, T: int, regime: str, *, claims: dict, dtype: st
     less_accurate, FAIL), per output its outcome, ratio to the allowed and reason."""
     import torch
 
-    from glaref._claims import parse
+    from glaref._claims import Claims
     from glaref._inputs import Dims, from_canonical, to_canonical
     from glaref.delta._family import KINDS, Truth, assess_outputs, fields, make_problem
 
     B, G, H, dk, dv = dims
-    c = parse(**{**claims, "recurrence": "delta", "dtype": dtype, "layout": "bthd"})
+    c = Claims(**{**claims, "recurrence": "delta", "dtype": dtype, "layout": "bthd"})
     dp = make_problem(regime, Dims(B, G, H, T, dk, dv), seed, dtype,
                       gate=claims.get("gate", "scalar"))
     scale = dk ** -0.5

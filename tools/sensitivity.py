@@ -36,6 +36,7 @@ subjects are the same kernels (they take either gate kind) and the zoo is tests/
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import pathlib
@@ -169,10 +170,12 @@ def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="sc
                             for name in OUTPUTS:
                                 for kind in _sensitivity.KINDS:
                                     for level in LEVELS:
+                                        assess = functools.partial(
+                                            _judge.assess_output, chunk_size=chunk,
+                                            dlog_alpha_form=form, decay_form=decay, **judge)
                                         r = _sensitivity.threshold(
                                             truth, name, outs[name], dts[name], kind,
-                                            chunk_size=chunk, dlog_alpha_form=form,
-                                            decay_form=decay, level=level, **judge)
+                                            assess=assess, level=level)
                                         sens.append({"dtype": dtype, "subject": label,
                                                      "regime": regime, "config": cname, "T": T,
                                                      "seed": seed, "output": name, "kind": kind,

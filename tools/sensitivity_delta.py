@@ -58,7 +58,7 @@ def measure(subject: str, dtype: str, regime: str, cfg: tuple, T: int, seed: int
     from glaref.delta import kernels
 
     device = _device.select_device("cpu")
-    claims = _claims.parse(dtype=dtype, recurrence="delta")
+    claims = _claims.Claims(dtype=dtype, recurrence="delta")
     cdtype = claims.dtype
     with jax.default_device(device):
         if subject == "chunked (user)":     # a user's callable: nothing declared
@@ -83,8 +83,7 @@ def measure(subject: str, dtype: str, regime: str, cfg: tuple, T: int, seed: int
     for name, x in m.values.items():
         row = {"subject": subject, "dtype": dtype, "regime": regime, "T": T, "output": name}
         for kind in _sensitivity.KINDS:
-            r = _sensitivity.threshold(truth, name, x, m.dtypes[name], kind, final=True,
-                                       grads=True, compute_dtype=cdtype, assess=assess)
+            r = _sensitivity.threshold(truth, name, x, m.dtypes[name], kind, assess=assess)
             row.update(natural=r["natural"], clean=r["clean"], **{kind: r["ratio"]})
         rows.append(row)
     return rows

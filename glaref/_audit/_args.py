@@ -1,6 +1,6 @@
 """The audit's own arguments checked once, at the face (usage errors naming the argument).
 
-A kernel's claims (layout, dtypes, chunk size, forms, gate kind) are ``glaref._claims.parse``'s;
+A kernel's claims (layout, dtypes, chunk size, forms, gate kind) are ``glaref._claims.Claims``'s;
 here are the rest: which rows (configs, sequence lengths, modes, regimes, packed sequences, seed),
 how they are measured (preset, repeats, precision, oracle) and what :func:`header` writes of them.
 """
@@ -96,7 +96,7 @@ def check_user_claims(impls: list, claims) -> None:
 
 
 def family(recurrence: str) -> Family:
-    """The family of ``recurrence``, a name the claims checked (``glaref._claims.parse``)."""
+    """The family of ``recurrence``, a name the claims checked (``glaref._claims.Claims``)."""
     module, _, attribute = FAMILIES[recurrence].partition(":")
     return getattr(importlib.import_module(module), attribute)
 
@@ -183,6 +183,30 @@ def _packing(cu_seqlens) -> np.ndarray | int | None:
 
 
 @dataclass(frozen=True)
+class Problems:
+    """How the rows' problems are made, checked (:func:`problems`): the input seed, the scale,
+    the packing (None, offsets or "random:N"'s N) and the oracle's implementation."""
+
+    seed: int = 0
+    scale: float = 1.0
+    packing: Any = None
+    oracle: str = ""
+
+
+def problems(seed=0, scale=1.0, cu_seqlens=None, oracle_impl=None) -> Problems:
+    """``seed``, ``scale``, ``cu_seqlens`` and ``oracle_impl`` checked (AuditUsageError naming
+    the bad one, what it got and what was expected); oracle_impl None: ``default_oracle()``."""
+    try:
+        scale = check_scale(scale)
+    except GlarefError as exc:
+        raise AuditUsageError(str(exc), exc.argument) from None
+    seed = integer("seed", seed, 0)
+    oracle = oracle_impl or default_oracle()
+    choices("oracle_impl", oracle, ORACLES)
+    return Problems(seed, scale, _packing(cu_seqlens), oracle)
+
+
+@dataclass(frozen=True)
 class Rows:
     """The rows an audit runs and how its problems are made, checked: the configs, sequence
     lengths, modes, regimes, input seed, scale, packing (None, offsets or "random:N"'s N), the
@@ -246,27 +270,19 @@ def parse_shard(shard) -> tuple[int, int] | None:
     return i, n
 
 
-def rows(pre: Preset, *, configs=None, seqs=None, modes=None, regimes=None, seed=0,
-         scale=1.0, cu_seqlens=None, oracle_impl=None, shard=None,
-         fam: Family = SCALAR_GATE) -> Rows:
+def rows(pre: Preset, made: Problems, *, configs=None, seqs=None, modes=None, regimes=None,
+         shard=None, fam: Family = SCALAR_GATE) -> Rows:
     """The rows' arguments checked (AuditUsageError naming the bad one, what it got and what was
     expected), defaults from the preset ``pre`` (regimes: its own for None; "all" every regime but
-    the slow ones), problems of the recurrence family ``fam`` (``family``). Explicit
-    ``cu_seqlens`` offsets fix T, so
+    the slow ones), problems of the recurrence family ``fam`` (``family``) made as ``made``
+    (:func:`problems`) says. Explicit ``cu_seqlens`` offsets fix T, so
     ``seqs`` may only repeat it (None: it becomes [T]) and no regime may set its own T."""
     cfgs = _configs(configs, pre.configs)
     seq_list = _seqs(seqs, pre.seqs)
     mode_list = choices("mode", modes if modes is not None else pre.modes, MODES)
-    try:
-        scale = check_scale(scale)
-    except GlarefError as exc:
-        raise AuditUsageError(str(exc), exc.argument) from None
-    seed = integer("seed", seed, 0)
     regime_list = choices("regime", regime_names(regimes, pre.regimes, fam.all_regimes),
                           fam.regimes)
-    oracle = oracle_impl or default_oracle()
-    choices("oracle_impl", oracle, ORACLES)
-    packing = _packing(cu_seqlens)
+    packing = made.packing
     if isinstance(packing, np.ndarray):
         T_cu = int(packing[-1])
         if seqs is None:
@@ -280,5 +296,5 @@ def rows(pre: Preset, *, configs=None, seqs=None, modes=None, regimes=None, seed
                 raise AuditUsageError(f"regime: got {regime!r}, which sets its own T; explicit "
                                       f"cu_seqlens fix T = {T_cu} (use cu_seqlens='random:N')",
                                       argument="regime")
-    return Rows(cfgs, seq_list, mode_list, regime_list, seed, scale, packing, oracle,
-                parse_shard(shard), fam)
+    return Rows(cfgs, seq_list, mode_list, regime_list, made.seed, made.scale, packing,
+                made.oracle, parse_shard(shard), fam)

@@ -19,7 +19,7 @@ memory available (``JaxRunner``'s guard, ``oracle_bytes``).
 
 :func:`audit` is the face for JAX kernels (the CLI's and ``glaref.audit``); :func:`audit_kernel`
 the face for torch and NumPy kernels (``glaref.testing.check_kernel``). Both parse the kernel's
-claims once (``glaref._claims.parse``) and the rows once (``_args.rows``), then run
+claims once (``glaref._claims.Claims``) and the rows once (``_args.rows``), then run
 :func:`run_rows`.
 """
 
@@ -29,7 +29,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from .. import _claims, _probes, _verdict
+from .. import _probes, _verdict
 from .._claims import Claims
 from .._errors import AuditUsageError, NonFiniteError
 from .._inputs import Dims
@@ -166,14 +166,14 @@ def _probe(a: _Audit, subject: Subject, where: _records.Where, m, problem,
                                   claims=subject.claims, dtypes=m.dtypes, truths=truths)
     ctx = r.precision_ctx() if isinstance(r, JaxRunner) else contextlib.nullcontext()
     with ctx:
-        return _probes.run_probes(run, where.regime, where.dims, a.rows.seed, a.claims.dtype,
-                                  judge, family=a.rows.family,
+        row = _probes.RowProblem(where.regime, where.dims, a.rows.seed, a.claims.dtype)
+        return _probes.run_probes(run, row, judge, family=a.rows.family,
                                   chunk_size=subject.claims.chunk_size, which=a.probes)
 
 
 # ---------------------------------------------------------------- the faces
 
-# audit's keywords beyond its named parameters: the kernels' claims (glaref._claims.parse), and
+# audit's keywords beyond its named parameters: the kernels' claims (glaref._claims.Claims), and
 # how the rows are run, with their defaults
 CLAIMS = ("dtype", "layout", "chunk_size", "accumulate_dtype", "dlog_alpha_form", "decay_form",
           "gate", "strict", "recurrence")
@@ -214,7 +214,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     the same inputs (calibrated); budget_ulps within the bound of any correct kernel (proven),
     all measured against the oracle on the dtype-rounded inputs, in the compute dtype ("tf32"
     for float32 matmuls at default precision on an NVIDIA GPU). What the verdict assumes of a
-    user kernel (its claims, ``glaref._claims.parse``): ``chunk_size`` (its chunk length, 1 for
+    user kernel (its claims, ``glaref._claims.Claims``): ``chunk_size`` (its chunk length, 1 for
     a step-by-step scan: the reference kernels and the bound follow it; None: unknown, see
     ``glaref._verdict.baseline_error``) and ``accumulate_dtype`` (the dtype a 16-bit kernel
     accumulates and carries its states in; None: float32, what production kernels do; pass the
@@ -254,13 +254,13 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
         raise TypeError(f"audit() got unexpected keyword argument(s) {unknown}, expected claims "
                         f"{CLAIMS} or options {tuple(RUN_DEFAULTS)}")
     run = {**RUN_DEFAULTS, **{k: v for k, v in options.items() if k in RUN_DEFAULTS}}
-    claims = _claims.parse(**{k: v for k, v in options.items() if k in CLAIMS})
+    claims = Claims(**{k: v for k, v in options.items() if k in CLAIMS})
     fam = _args.family(claims.recurrence)
     pre = _args.check_preset(preset, fam)
     impl_list = _args.split(impls) if impls is not None else list(pre.impls)
-    rows = _args.rows(pre, configs=configs, seqs=seqs, modes=modes, regimes=regimes, seed=seed,
-                      scale=run["scale"], cu_seqlens=run["cu_seqlens"],
-                      oracle_impl=run["oracle_impl"], shard=run["shard"], fam=fam)
+    made = _args.problems(seed, run["scale"], run["cu_seqlens"], run["oracle_impl"])
+    rows = _args.rows(pre, made, configs=configs, seqs=seqs, modes=modes, regimes=regimes,
+                      shard=run["shard"], fam=fam)
     reps = pre.repeats if run["repeats"] is None else _args.integer("repeats", run["repeats"], 0)
     if json_path is not None:
         json_path = _report.check_output(json_path, "json_path")
@@ -339,7 +339,7 @@ def audit_kernel(kernel: Callable, rows: _args.Rows, claims: Claims, *, framewor
     The rows (``_args.rows``), problems, oracle, verdict and record format are :func:`audit`'s;
     the kernel is run by ``glaref._frameworks.run_kernel`` (gradients through torch.autograd)
     instead of being compiled by JAX, so the timing and XLA memory fields are null. ``claims``:
-    the kernel's, as ``glaref._claims.parse`` gave them (compute_dtype None: the inputs' dtype;
+    the kernel's, as ``glaref._claims.Claims`` gave them (compute_dtype None: the inputs' dtype;
     "tf32" for float32 inputs multiplied as TF32). Packed sequences (``rows``' cu_seqlens) reach
     the kernel as the keyword ``cu_seqlens=``, which it must take. device: where a torch kernel's
     inputs go ("cpu" by default, "cuda"). detected: the framework was guessed from the kernel's

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import _judge
-from .._frameworks import kernel_traceback, run_kernel
+from .._frameworks import Call, kernel_traceback, run_kernel
 from .._inputs import GRADS, from_canonical, kernel_returns, output_problem, to_canonical
 from . import _device, _timing
 from ._family import SCALAR_GATE, Family
@@ -235,8 +235,8 @@ class FrameworkRunner:
 
     def measure(self, subject: Subject, mode: str, truth: _judge.Truth, p) -> Measured:
         fw, fam = self.framework, self.family
-        run = run_kernel(subject.fn, p, self.dtype, layout=self.layout, scale=self.scale,
-                         framework=fw, grads=mode == "fwd_bwd", device=self.device, family=fam)
+        run = run_kernel(subject.fn, p, self.dtype, grads=mode == "fwd_bwd",
+                         call=Call(self.layout, self.scale, fw, self.device, fam))
         m = Measured(mode, params=dict(self.params), final=run.final_state)
         if fw == "numpy":
             m.params["forward_only"] = run.no_grads
