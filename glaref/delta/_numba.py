@@ -25,12 +25,13 @@ all rows i are vectors over i (``lanes[x, m % 8, i]``, term m added in order of 
 inner loop runs over dk contiguous numbers:
 
     pass 1 (row-major, as the forward's)    S~_t, p_t = S~_t^T k_t of every step
-    per block, transposed                   S~_{t+1}^T[m] = a o (S~_t^T[m] + u_m k_t)
+    per block, transposed                   S_t^T[m] = S~_t^T[m] + u_m k_t;  lanes 0: S_t^T[m] do_m;
+                                            S~_{t+1}^T[m] = a o S_t^T[m];  dq = scale sum(lanes 0)
     per step t, transposed, row m of G^T    G = C^T[m] + do_m scale q;  D = G - w_m k
-                  (w = beta du)             lanes: (S~^T[m] + u_m k) do_m, G u_m, S~^T[m] w_m,
-                                            S~^T[m] o D;  C^T[m] = a o D    (the carry of t - 1)
-              then dq = scale sum(lanes 0), dk = sum(lanes 1) - sum(lanes 2), dlog_alpha
-              = sum(lanes 3) (per key, or summed over i for a scalar gate)
+                  (w = beta du)             lanes 1-3: G u_m, S~^T[m] w_m, S~^T[m] o D;
+                                            C^T[m] = a o D    (the carry of t - 1)
+              then dk = sum(lanes 1) - sum(lanes 2), dlog_alpha = sum(lanes 3) (per key, or
+              summed over i for a scalar gate)
     per step t, row-major                   C = a o (G - k w^T);  G_{t-1} = C + scale q do^T,
                                             du_{t-1} = G_{t-1}^T k_{t-1}   (one sweep)
 
@@ -146,20 +147,19 @@ def _forward_head(q, k, v, beta, la, h0, scale, o, h_T):  # pragma: no cover - c
         for i in range(dk):
             ki = k_t[i]
             qi = q_t[i]
-            Si = S[i]
             if last:
                 for j in range(dv):
-                    s = Si[j] + ki * u[j]
-                    Si[j] = s
+                    s = S[i, j] + ki * u[j]
+                    S[i, j] = s
                     acc[j] += qi * s
             else:
                 ai = a[i]
                 kn = k_n[i]
                 for j in range(dv):
-                    s = Si[j] + ki * u[j]
+                    s = S[i, j] + ki * u[j]
                     acc[j] += qi * s
                     s = ai * s
-                    Si[j] = s
+                    S[i, j] = s
                     p[j] += kn * s
         for j in range(dv):
             o[t, j] = scale * acc[j]
@@ -270,23 +270,41 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
     for c in range((T + C - 1) // C - 1, -1, -1):
         start = c * C
         L = min(C, T - start)
-        # Recompute the block's S~_t (transposed) from its checkpoint.
+        # Recompute the block's S~_t (transposed) from its checkpoint; dq_t = scale S_t do_t
+        # needs no cotangent, so it is summed here, from S_t = S~_t + k u^T.
         Sk = ckpt[c]
         S0 = states[0]
         for m in range(dv_):
             for i in range(dk_):
                 S0[m, i] = Sk[m, i]
-        for j in range(L - 1):
+        for j in range(L):
             t = start + j
             _residual(v[t], beta[t], ps[t], r, u)
-            _alphas(la[t + 1], a)
-            k_t = k[t]
+            k_t, do_t = k[t], do[t]
+            nxt = j + 1 < L
+            if nxt:
+                _alphas(la[t + 1], a)
             Sc = states[j]
-            Sn = states[j + 1]
+            Sn = states[j + 1] if nxt else Sc
+            _zero_lanes(lanes, 0)
             for m in range(dv_):
                 um = u[m]
-                for i in range(dk_):
-                    Sn[m, i] = a[i] * (Sc[m, i] + k_t[i] * um)
+                dm = do_t[m]
+                ln = m & 7 if m < m8 else 8
+                if nxt:
+                    for i in range(dk_):
+                        x = Sc[m, i] + k_t[i] * um
+                        lanes[0, ln, i] += x * dm
+                        Sn[m, i] = a[i] * x
+                else:
+                    for i in range(dk_):
+                        lanes[0, ln, i] += (Sc[m, i] + k_t[i] * um) * dm
+            for i in range(dk_):
+                x = scale * _lane_sum(lanes, 0, i)
+                if accumulate:
+                    dq[t, i] += x
+                else:
+                    dq[t, i] = x
         # Backward through the block: on Cc, pass 1 of the last step alone, then per step t
         # its update fused with pass 1 of step t - 1 (G and du), row by row; on CT, per step,
         # G, D = G - k w^T and the carry A D with the sums over m (G u, S~ w, <S~, D>).
@@ -305,7 +323,7 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
             for i in range(dk_):
                 sq[i] = scale * q_t[i]
             Sc = states[j]
-            for x in range(4):
+            for x in range(1, 4):
                 _zero_lanes(lanes, x)
             for m in range(dv_):
                 dm = do_t[m]
@@ -313,7 +331,6 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
                 um = u[m]
                 ln = m & 7 if m < m8 else 8
                 for i in range(dk_):
-                    lanes[0, ln, i] += (Sc[m, i] + k_t[i] * um) * dm
                     g = CT[m, i] + sq[i] * dm
                     d = g - k_t[i] * wm
                     lanes[1, ln, i] += g * um
@@ -322,11 +339,6 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
                     CT[m, i] = a[i] * d
             total = 0.0
             for i in range(dk_):
-                x = scale * _lane_sum(lanes, 0, i)
-                if accumulate:
-                    dq[t, i] += x
-                else:
-                    dq[t, i] = x
                 x = _lane_sum(lanes, 1, i) - _lane_sum(lanes, 2, i)
                 if accumulate:
                     dk[t, i] += x
