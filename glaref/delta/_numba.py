@@ -5,33 +5,46 @@
     vjp(q, k, v, beta, log_alpha, h0, do, dh_T, scale, per_head=False, cu_seqlens=None)
         -> (dq, dk, dv, dbeta, dlog_alpha, dh0)
 
-The equations are the reference's (docs/math_delta.md, sections 1 and 2), step by step, over
-the rows i of the state S (dk, dv), row-major, so that the inner loops run over dv contiguous
-numbers:
+The equations are the reference's (docs/math_delta.md, sections 1 and 2), step by step. The
+forward runs over the rows i of the state S (dk, dv), row-major, so that the inner loops run
+over dv contiguous numbers:
 
-    forward, pass 1   S~[i] = a_i S[i];  p += k_i S~[i]           (p = S~^T k)
-            then      r = v - p,  u = beta r
-            pass 2    S[i] = S~[i] + k_i u;  o_acc += q_i S[i]   (o = scale S^T q)
-    backward, on the block's recomputation   dq_i = scale S_t[i] . do
-              pass 1  G[i] = C[i] + scale q_i do;  du += k_i G[i];  gu_i = G[i] . u
-            then      dv = beta du,  dbeta = r . du,  w = beta du
-            pass 2    S~[i] = a_i S_{t-1}[i];  D[i] = G[i] - k_i w        (D = dS~)
-                      dk_i = gu_i - S~[i] . w;  dlog_alpha(_i) += S~[i] . D[i];  C[i] = a_i D[i]
+    pass 1   S~[i] = a_i S[i];  p += k_i S~[i]           (p = S~^T k)
+    then     r = v - p,  u = beta r
+    pass 2   S[i] = S~[i] + k_i u;  o_acc += q_i S[i]   (o = scale S^T q)
 
-Each row's part of a pass needs only that row, so a step costs one sweep over the state: the
-forward's pass 2 of step t runs in the same loop as pass 1 of step t + 1 (the buffer then holds
-S~_{t+1}), and the backward's pass 2 of step t in the same loop as pass 1 of step t - 1. Row dot
-products are ``glaref._numba._dot``'s sums (eight partial sums in a fixed order): the products
-are written in the sweep's vector loop and added by ``_sum8`` in that order, the same bits;
-every other loop is an axpy over j whose order does not depend on anything. The backward's
-sweeps index the state as S[i, m], never through a row view S[i]: a view is a new array whose
-reference count is raised and dropped (atomic operations) once per row and step (a quarter of
-a profile's samples of the backward; without them it runs ~9% faster). The backward keeps
-S~ and S~^T k of the first step of every ``block_size(T)`` steps (32 up to T = 8192, then
-T / 256) in a per-worker buffer and recomputes the decayed states S~_t of one block at a time
-from its checkpoint (never by inverting a step): small blocks keep the recomputed states near
-the cache, and the time linear in T. The states are the products the equations use (S~_t =
-A_t S_{t-1}, rounded once), so storing them changes no bit.
+Each row's part of a pass needs only that row, so a step costs one sweep over the state: pass 2
+of step t runs in the same loop as pass 1 of step t + 1 (the buffer then holds S~_{t+1}).
+
+The backward's sums run both ways: over i (du = G^T k, in order of i: an axpy over m on a
+row-major matrix) and over m (dq = scale S do, gu = G u, S~ w, <S~[i], D[i]>: each the eight
+partial sums of ``glaref._numba._dot``, one per m mod 8, combined in its fixed tree). A sum over
+m of a row-major matrix would be a scalar loop per row, four per row and step; so the backward
+keeps the states and the adjoint transposed as well, (dv, dk), where the eight partial sums of
+all rows i are vectors over i (``lanes[x, m % 8, i]``, term m added in order of m) and every
+inner loop runs over dk contiguous numbers:
+
+    pass 1 (row-major, as the forward's)    S~_t, p_t = S~_t^T k_t of every step
+    per block, transposed                   S_t^T[m] = S~_t^T[m] + u_m k_t;  lanes 0: S_t^T[m] do_m;
+                                            S~_{t+1}^T[m] = a o S_t^T[m];  dq = scale sum(lanes 0)
+    per step t, transposed, row m of G^T    G = C^T[m] + do_m scale q;  D = G - w_m k
+                  (w = beta du)             lanes 1-3: G u_m, S~^T[m] w_m, S~^T[m] o D;
+                                            C^T[m] = a o D    (the carry of t - 1)
+              then dk = sum(lanes 1) - sum(lanes 2), dlog_alpha = sum(lanes 3) (per key, or
+              summed over i for a scalar gate)
+    per step t, row-major                   C = a o (G - k w^T);  G_{t-1} = C + scale q do^T,
+                                            du_{t-1} = G_{t-1}^T k_{t-1}   (one sweep)
+
+Every product and partial sum is the one of the row-major equations, in the same order, so the
+transposed copies hold the same numbers and the results have the same bits as a row-major
+backward with ``_dot``'s sums. (Two loops note: a view S[i] in a per-row loop is a new array
+whose reference count is raised and dropped, atomic operations once per row and step, so rows
+are indexed as S[i, m]; and swapping two arrays' names between steps stops LLVM vectorising
+the loops that use them, so du is copied.) The backward keeps S~ (transposed) of the first step
+of every ``block_size(T)`` steps (32 up to T = 8192, then T / 256) and S~^T k of every step in
+per-worker buffers, and recomputes the decayed states S~_t of one block at a time from its
+checkpoint (never by inverting a step): the time stays linear in T. The recomputed states are
+the products the equations use (S~_t = A_t S_{t-1}, rounded once, the forward's numbers).
 
 Determinism: kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs over workers
 that take independent items, (sequence, group) pairs, with the time loop serial inside and a
@@ -70,29 +83,6 @@ def _alphas(la_t, a):  # pragma: no cover - compiled
     else:
         for i in range(dk):
             a[i] = np.exp(la_t[i])
-
-
-@njit(**_JIT)
-def _sum8(x):  # pragma: no cover - compiled
-    """sum_a x[a] in the order of ``glaref._numba._dot`` (eight interleaved partial sums, a fixed
-    tree), so that _sum8(x * y) == _dot(x, y) bit for bit: the products are formed in the
-    callers' vector loops, and only the adds remain here."""
-    n = x.shape[0]
-    m = n - n % 8
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-    for a in range(0, m, 8):
-        s0 += x[a]
-        s1 += x[a + 1]
-        s2 += x[a + 2]
-        s3 += x[a + 3]
-        s4 += x[a + 4]
-        s5 += x[a + 5]
-        s6 += x[a + 6]
-        s7 += x[a + 7]
-    t = 0.0
-    for a in range(m, n):
-        t += x[a]
-    return (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + t
 
 
 @njit(**_JIT)
@@ -157,20 +147,19 @@ def _forward_head(q, k, v, beta, la, h0, scale, o, h_T):  # pragma: no cover - c
         for i in range(dk):
             ki = k_t[i]
             qi = q_t[i]
-            Si = S[i]
             if last:
                 for j in range(dv):
-                    s = Si[j] + ki * u[j]
-                    Si[j] = s
+                    s = S[i, j] + ki * u[j]
+                    S[i, j] = s
                     acc[j] += qi * s
             else:
                 ai = a[i]
                 kn = k_n[i]
                 for j in range(dv):
-                    s = Si[j] + ki * u[j]
+                    s = S[i, j] + ki * u[j]
                     acc[j] += qi * s
                     s = ai * s
-                    Si[j] = s
+                    S[i, j] = s
                     p[j] += kn * s
         for j in range(dv):
             o[t, j] = scale * acc[j]
@@ -193,43 +182,57 @@ def _forward_kernel(q, k, v, beta, la, h0, scale, sb, st0, st1, o, h_T):  # prag
 
 
 @njit(**_JIT)
-def _adjoint_rows(Cc, scale, q_t, k_t, do_t, u, du, gu, pg):  # pragma: no cover - compiled
-    """Pass 1 of step t alone: G = C + scale q do^T in place, du = G^T k, gu = G u (pg:
-    scratch for a row's products)."""
+def _adjoint_rows(Cc, scale, q_t, k_t, do_t, du):  # pragma: no cover - compiled
+    """Pass 1 of step t alone, on the row-major carry: G = C + scale q do^T in place,
+    du = G^T k."""
     dk_, dv_ = Cc.shape
     for m in range(dv_):
         du[m] = 0.0
     for i in range(dk_):
         sq = scale * q_t[i]
         ki = k_t[i]
-        Gi = Cc[i]
         for m in range(dv_):
-            g = Gi[m] + sq * do_t[m]
-            Gi[m] = g
+            g = Cc[i, m] + sq * do_t[m]
+            Cc[i, m] = g
             du[m] += ki * g
-            pg[m] = g * u[m]
-        gu[i] = _sum8(pg)
+
+
+@njit(**_JIT)
+def _zero_lanes(lanes, x):  # pragma: no cover - compiled
+    """lanes[x] = 0 (a loop: an array assignment compiles Numba's broadcasting checks)."""
+    for l in range(lanes.shape[1]):
+        for i in range(lanes.shape[2]):
+            lanes[x, l, i] = 0.0
+
+
+@njit(**_JIT)
+def _lane_sum(lanes, x, i):  # pragma: no cover - compiled
+    """The total of partial sums lanes[x, :, i] in ``glaref._numba._dot``'s tree (lanes[x, l]
+    holds the terms m = l mod 8 of the full groups of eight, lanes[x, 8] the rest), so that a
+    sum over m added into lanes term by term in order of m has the bits of ``_dot``."""
+    return ((((lanes[x, 0, i] + lanes[x, 1, i]) + (lanes[x, 2, i] + lanes[x, 3, i]))
+             + ((lanes[x, 4, i] + lanes[x, 5, i]) + (lanes[x, 6, i] + lanes[x, 7, i])))
+            + lanes[x, 8, i])
 
 
 @njit(**_JIT)
 def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accumulate, dv,
-              dbeta, dla, dh0, ckpt, ckp, states, rs):  # pragma: no cover - compiled
+              dbeta, dla, dh0, ckpt, ps, states, CT, lanes):  # pragma: no cover - compiled
     """One (sequence, head). dq, dk (T, dk) written, or added to when ``accumulate``.
-    ckpt (>= ceil(T / C), dk, dv), ckp (>= ceil(T / C), dv), states (C, dk, dv), rs (C, dv):
-    per-worker scratch. ckpt[c] and states[j] hold the decayed state S~_t = A_t S_{t-1} of
-    t = c C and t = start + j (the products the equations use, the same bits), ckp[c] the
-    S~^T k of step c C."""
+    Per-worker scratch: ckpt (>= ceil(T / C), dv, dk) and states (C, dv, dk) hold the decayed
+    states S~_t = A_t S_{t-1}, transposed, of t = c C and t = start + j (the products the
+    equations use, the same bits); ps (>= T, dv) the S~_t^T k_t of every step; CT (dv, dk)
+    the carry, transposed; lanes (4, 9, dk) the partial sums of the sums over m."""
     T, dk_ = q.shape
     dv_ = v.shape[1]
+    m8 = dv_ - dv_ % 8
     vector = la.shape[1] != 1
     a = np.empty(dk_)
     p = np.empty(dv_)
     u = np.empty(dv_)
-    row = np.empty(dv_)
-    pq = np.empty(dv_)
-    pw = np.empty(dv_)
-    pD = np.empty(dv_)
-    pg = np.empty(dv_)
+    r = np.empty(dv_)
+    w = np.empty(dv_)
+    sq = np.empty(dk_)
     Cc = dh0
     if has_dh_T:
         Cc[:, :] = dh_T
@@ -237,128 +240,139 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
         Cc[:, :] = 0.0
     if T == 0:
         return
+    for i in range(dk_):
+        for m in range(dv_):
+            CT[m, i] = Cc[i, m]
     S = np.empty((dk_, dv_))
     S[:, :] = h0
-    # Pass 1: S~ and S~^T k of the first step of every block of C steps.
+    # Pass 1: S~^T k of every step, and S~ (transposed) of the first step of every block.
     _alphas(la[0], a)
     _decay_rows(S, a, k[0], p, False, p, p)
     for t in range(T):
         if t % C == 0:
-            ckpt[t // C] = S
-            ckp[t // C] = p
+            Sk = ckpt[t // C]
+            for i in range(dk_):
+                for m in range(dv_):
+                    Sk[m, i] = S[i, m]
+        for m in range(dv_):
+            ps[t, m] = p[m]
         if t + 1 == T:
             break
         _residual(v[t], beta[t], p, u, u)
         _alphas(la[t + 1], a)
         _decay_rows(S, a, k[t + 1], p, True, k[t], u)
-    # Pass 2: blocks in reverse; Cc carries dL/dS_t from the later steps.
+    # Pass 2: blocks in reverse. Cc carries dL/dS_t (then G_t) row by row, for the sums over i
+    # (du = G^T k, in order of i, as axpys over m); CT the same numbers, transposed, row m by
+    # row m, for the sums over m, whose eight partial sums of ``_dot`` are vectors over i:
+    # term m of row i goes to lanes[x, m % 8, i].
     du = np.empty(dv_)
     dun = np.empty(dv_)
-    w = np.empty(dv_)
-    gu = np.empty(dk_)
-    gun = np.empty(dk_)
     for c in range((T + C - 1) // C - 1, -1, -1):
         start = c * C
         L = min(C, T - start)
-        # Recompute S~_t and r_t of the block, one pass over the rows per step; dq_t =
-        # scale S_t do_t needs no carry, so it is taken here, from the row just computed.
-        states[0] = ckpt[c]
-        p[:] = ckp[c]
+        # Recompute the block's S~_t (transposed) from its checkpoint; dq_t = scale S_t do_t
+        # needs no cotangent, so it is summed here, from S_t = S~_t + k u^T.
+        Sk = ckpt[c]
+        S0 = states[0]
+        for m in range(dv_):
+            for i in range(dk_):
+                S0[m, i] = Sk[m, i]
         for j in range(L):
             t = start + j
-            _residual(v[t], beta[t], p, rs[j], u)
+            _residual(v[t], beta[t], ps[t], r, u)
             k_t, do_t = k[t], do[t]
             nxt = j + 1 < L
-            k_n, Sn = k_t, states[j]
             if nxt:
                 _alphas(la[t + 1], a)
-                k_n, Sn = k[t + 1], states[j + 1]
-                for m in range(dv_):
-                    p[m] = 0.0
             Sc = states[j]
+            Sn = states[j + 1] if nxt else Sc
+            _zero_lanes(lanes, 0)
+            for m in range(dv_):
+                um = u[m]
+                dm = do_t[m]
+                ln = m & 7 if m < m8 else 8
+                if nxt:
+                    for i in range(dk_):
+                        x = Sc[m, i] + k_t[i] * um
+                        lanes[0, ln, i] += x * dm
+                        Sn[m, i] = a[i] * x
+                else:
+                    for i in range(dk_):
+                        lanes[0, ln, i] += (Sc[m, i] + k_t[i] * um) * dm
             for i in range(dk_):
-                ki = k_t[i]
-                for m in range(dv_):
-                    s = Sc[i, m] + ki * u[m]
-                    row[m] = s
-                    pq[m] = s * do_t[m]
-                x = scale * _sum8(pq)
+                x = scale * _lane_sum(lanes, 0, i)
                 if accumulate:
                     dq[t, i] += x
                 else:
                     dq[t, i] = x
-                if nxt:
-                    ai = a[i]
-                    kn = k_n[i]
-                    for m in range(dv_):
-                        s = ai * row[m]
-                        Sn[i, m] = s
-                        p[m] += kn * s
-        # Backward through the block: pass 1 of the last step alone, then per step t its
-        # pass 2 fused with pass 1 of step t - 1 (inside the block), row by row.
+        # Backward through the block: on Cc, pass 1 of the last step alone, then per step t
+        # its update fused with pass 1 of step t - 1 (G and du), row by row; on CT, per step,
+        # G, D = G - k w^T and the carry A D with the sums over m (G u, S~ w, <S~, D>).
         t = start + L - 1
-        b_t = beta[t]
-        r = rs[L - 1]
-        for m in range(dv_):
-            u[m] = b_t * r[m]
-        _adjoint_rows(Cc, scale, q[t], k[t], do[t], u, du, gu, pg)
+        _adjoint_rows(Cc, scale, q[t], k[t], do[t], du)
         for j in range(L - 1, -1, -1):
             t = start + j
-            r = rs[j]
             b_t = beta[t]
-            k_t = k[t]
+            k_t, q_t, do_t = k[t], q[t], do[t]
+            _residual(v[t], b_t, ps[t], r, u)
             _alphas(la[t], a)
             for m in range(dv_):
                 dv[t, m] = b_t * du[m]
                 w[m] = b_t * du[m]
             dbeta[t] = _dot(r, du)
-            prev = j > 0
-            tp = t - 1 if prev else t
-            q_p, k_p, do_p = q[tp], k[tp], do[tp]
-            if prev:
-                b_p = beta[tp]
-                r_p = rs[j - 1]
-                for m in range(dv_):
-                    u[m] = b_p * r_p[m]
-                    dun[m] = 0.0
+            for i in range(dk_):
+                sq[i] = scale * q_t[i]
             Sc = states[j]
+            for x in range(1, 4):
+                _zero_lanes(lanes, x)
+            for m in range(dv_):
+                dm = do_t[m]
+                wm = w[m]
+                um = u[m]
+                ln = m & 7 if m < m8 else 8
+                for i in range(dk_):
+                    g = CT[m, i] + sq[i] * dm
+                    d = g - k_t[i] * wm
+                    lanes[1, ln, i] += g * um
+                    lanes[2, ln, i] += Sc[m, i] * wm
+                    lanes[3, ln, i] += Sc[m, i] * d
+                    CT[m, i] = a[i] * d
             total = 0.0
             for i in range(dk_):
-                ai = a[i]
-                ki = k_t[i]
-                if prev:
-                    sq = scale * q_p[i]
-                    kp = k_p[i]
-                    for m in range(dv_):
-                        d = Cc[i, m] - ki * w[m]
-                        pw[m] = Sc[i, m] * w[m]
-                        pD[m] = Sc[i, m] * d
-                        g = ai * d + sq * do_p[m]
-                        Cc[i, m] = g
-                        dun[m] += kp * g
-                        pg[m] = g * u[m]
-                    gun[i] = _sum8(pg)
-                else:
-                    for m in range(dv_):
-                        d = Cc[i, m] - ki * w[m]
-                        pw[m] = Sc[i, m] * w[m]
-                        pD[m] = Sc[i, m] * d
-                        Cc[i, m] = ai * d
-                x = gu[i] - _sum8(pw)
+                x = _lane_sum(lanes, 1, i) - _lane_sum(lanes, 2, i)
                 if accumulate:
                     dk[t, i] += x
                 else:
                     dk[t, i] = x
-                y = _sum8(pD)
+                y = _lane_sum(lanes, 3, i)
                 if vector:
                     dla[t, i] = y
                 else:
                     total += y
             if not vector:
                 dla[t, 0] = total
-            if prev:
-                du, dun = dun, du
-                gu, gun = gun, gu
+            if j > 0:
+                tp = t - 1
+                q_p, k_p, do_p = q[tp], k[tp], do[tp]
+                for m in range(dv_):
+                    dun[m] = 0.0
+                for i in range(dk_):
+                    ai = a[i]
+                    ki = k_t[i]
+                    sqp = scale * q_p[i]
+                    kp = k_p[i]
+                    for m in range(dv_):
+                        g = ai * (Cc[i, m] - ki * w[m]) + sqp * do_p[m]
+                        Cc[i, m] = g
+                        dun[m] += kp * g
+                for m in range(dv_):      # a copy: swapping the names stops LLVM vectorising
+                    du[m] = dun[m]
+            else:
+                for i in range(dk_):
+                    ai = a[i]
+                    ki = k_t[i]
+                    for m in range(dv_):
+                        Cc[i, m] = ai * (Cc[i, m] - ki * w[m])
 
 
 @njit(parallel=True, **_JIT)
@@ -376,10 +390,11 @@ def _vjp_kernel(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, n_workers, 
     per_item = H if per_head else G
     heads = 1 if per_head else hpg
     for wk in prange(n_workers):
-        ckpt = np.empty((n_blocks, dk_, dv_))
-        ckp = np.empty((n_blocks, dv_))
-        states = np.empty((C, dk_, dv_))
-        rs = np.empty((C, dv_))
+        ckpt = np.empty((n_blocks, dv_, dk_))
+        ps = np.empty((T, dv_))
+        states = np.empty((C, dv_, dk_))
+        CT = np.empty((dv_, dk_))
+        lanes = np.empty((4, 9, dk_))
         for item in range(wk, NS * per_item, n_workers):
             n = item // per_item
             x = item - n * per_item
@@ -391,8 +406,8 @@ def _vjp_kernel(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, n_workers, 
                           la[b, h, t0:t1], h0[n, h], do[b, h, t0:t1],
                           dh_T[n, h] if has_dh_T else dh_T[0, 0], has_dh_T, scale, C,
                           dq[b, x, t0:t1], dk[b, x, t0:t1], j > 0, dv[b, h, t0:t1],
-                          dbeta[b, h, t0:t1], dla[b, h, t0:t1], dh0[n, h], ckpt, ckp, states,
-                          rs)
+                          dbeta[b, h, t0:t1], dla[b, h, t0:t1], dh0[n, h], ckpt, ps, states,
+                          CT, lanes)
 
 
 def _c64(x):
