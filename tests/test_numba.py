@@ -1,7 +1,7 @@
 """The Numba oracle against the NumPy reference, and its thread-count determinism.
 
 Agreement is normwise relative, ||x - ref|| / ||ref||, per output and per gradient, within
-``tol("numba_vs_numpy")``. The reference is ``glaref._reference`` (a different code path: a
+``tol("numba_vs_numpy")``. The reference is ``glaref.gla._reference`` (a different code path: a
 step-by-step NumPy loop), never the Numba code itself.
 """
 
@@ -19,13 +19,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import glaref.strategies as gst
-from glaref import _reference
 from glaref._inputs import Dims, Problem
+from glaref.gla import _reference
 from glaref.tolerances import tol
 
 from conftest import logsigmoid, rand_problem
 
-_numba = pytest.importorskip("glaref._numba")
+_numba = pytest.importorskip("glaref.gla._numba")
 
 NAMES = ("o", "h_T", "dq", "dk", "dv", "dlog_alpha", "dh0")
 

@@ -19,12 +19,13 @@ import numpy as np
 import pytest
 
 import glaref
-from glaref import ShapeError, _reference
+from glaref import ShapeError
+from glaref.gla import _reference
 from glaref.tolerances import tol
 
 from conftest import IMPLS, abs_problem, assert_scaled, logsigmoid, rand_problem, rel_err
 
-_numba = pytest.importorskip("glaref._numba")
+_numba = pytest.importorskip("glaref.gla._numba")
 
 NAMES = ("o", "h_T", "dq", "dk", "dv", "dlog_alpha", "dh0")
 

@@ -21,7 +21,7 @@ numbers:
 Each row's part of a pass needs only that row, so a step costs one sweep over the state: the
 forward's pass 2 of step t runs in the same loop as pass 1 of step t + 1 (the buffer then holds
 S~_{t+1}), and the backward's pass 2 of step t in the same loop as pass 1 of step t - 1. Row dot
-products are ``glaref._numba._dot``'s sums (eight partial sums in a fixed order): the products
+products are ``glaref.gla._numba._dot``'s sums (eight partial sums in a fixed order): the products
 are written in the sweep's vector loop and added by ``_sum8`` in that order, the same bits;
 every other loop is an axpy over j whose order does not depend on anything. The backward's
 sweeps index the state as S[i, m], never through a row view S[i]: a view is a new array whose
@@ -37,7 +37,7 @@ Determinism: kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs 
 that take independent items, (sequence, group) pairs, with the time loop serial inside and a
 group's heads in order: head 0 writes dq and dk, the others add, left to right. When there are
 fewer (sequence, group) items than threads, the items are (sequence, head) pairs with per-head
-dq, dk summed afterwards in the same head order (``glaref._numba._group_sum``): both give
+dq, dk summed afterwards in the same head order (``glaref.gla._numba._group_sum``): both give
 the same bits, for any number of threads.
 """
 
@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from .._numba import _dot, _group_sum, _spans
+from ..gla._numba import _dot, _group_sum, _spans
 
 _JIT = dict(fastmath=False, cache=True)
 BLOCK = 32            # steps between stored states, at least
@@ -74,7 +74,7 @@ def _alphas(la_t, a):  # pragma: no cover - compiled
 
 @njit(**_JIT)
 def _sum8(x):  # pragma: no cover - compiled
-    """sum_a x[a] in the order of ``glaref._numba._dot`` (eight interleaved partial sums, a fixed
+    """sum_a x[a] in the order of ``glaref.gla._numba._dot`` (eight interleaved partial sums, a fixed
     tree), so that _sum8(x * y) == _dot(x, y) bit for bit: the products are formed in the
     callers' vector loops, and only the adds remain here."""
     n = x.shape[0]

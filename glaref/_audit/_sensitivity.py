@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 
-from . import _judge
-from ._inputs import GRADS, OUTPUTS
+from .._inputs import GRADS, OUTPUTS
+from ..gla import _judge
 from ._metrics import rel_err
 
 KINDS = ("systematic", "random")
@@ -94,7 +94,7 @@ def _jitted(fn, cu_seqlens: tuple[int, ...] | None = None):
     reused across problems (JAX caches per shape)."""
     import jax
 
-    from ._audit._runners import fwd_bwd_program
+    from ._runners import fwd_bwd_program
 
     key = (id(fn), cu_seqlens)
     if key not in _JITTED:
