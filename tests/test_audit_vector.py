@@ -22,8 +22,8 @@ pytest.importorskip("jax")
 
 import glaref  # noqa: E402
 from glaref import regimes  # noqa: E402
-from glaref._audit import _sensitivity
-from glaref._errors import AuditUsageError
+from glaref._audit import _sensitivity  # noqa: E402
+from glaref._errors import AuditUsageError  # noqa: E402
 from glaref._inputs import ARRAYS, OUTPUTS, Dims  # noqa: E402
 from glaref.cli import main  # noqa: E402
 from glaref.gla import _judge  # noqa: E402
