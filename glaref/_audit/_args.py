@@ -28,7 +28,7 @@ __all__ = ["FAMILIES", "Rows", "check_preset", "check_user_claims", "choices", "
 # the family of each recurrence a kernel may claim (``glaref._audit._claims.RECURRENCES``), a
 # ``Family`` value in its own folder ("module:attribute"), loaded when named: a family's module
 # plugs into the engine, which never imports it
-FAMILIES: dict[str, str] = {"scalar_gate": "glaref._audit._family:SCALAR_GATE",
+FAMILIES: dict[str, str] = {"scalar_gate": "glaref.gla._family:SCALAR_GATE",
                             "delta": "glaref.delta._family:DELTA"}
 
 RANDOM_PACKING = "random:"

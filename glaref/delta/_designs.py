@@ -1,6 +1,6 @@
 """Which of the gated delta rule's reference kernels a kernel's claims call for: the delta
-family's yardstick table, in the shape of ``glaref.gla._designs`` (whose ``Design`` and
-``Yardstick`` it uses).
+family's yardstick table, in the shape of the scalar gate's ``glaref.gla._designs`` (both fill
+``Design`` and ``Yardstick`` of ``glaref._audit._designs``).
 
 The reference kernels are ``glaref.delta._baseline.run``'s: the step-by-step scan (every sum one
 term after another, the loosest order a compiler uses) and the chunked WY / UT form at C steps

@@ -1,4 +1,5 @@
-"""Which reference kernels a kernel's claims call for: the one table of the calibrated verdict.
+"""Which reference kernels a scalar-gate kernel's claims call for: the family's table of the
+calibrated verdict, filled with the ``Design`` and ``Yardstick`` of ``glaref._audit._designs``.
 
 Two things are never confused here: *the oracle* is the float64 truth (``glaref.gla._oracle``); the
 *reference kernels* are correct designs of the recurrence run in the kernel's own arithmetic on

@@ -1,15 +1,16 @@
-"""Judging a kernel's outputs on one problem: the oracle's side, and the one judging loop.
+"""Judging a scalar-gate kernel's outputs on one problem: the oracle's side, and the judging loop.
 
-Every face of glaref that judges (the audit engine, ``glaref.testing``, the tools) goes through
-here: :class:`Truth` holds, for one problem (canonical, already rounded to the dtype the kernel
-received), the oracle's outputs and gradients, the error scales and the same-precision reference
-kernels' outputs, each computed once on first use and timed apart (never counted as the
-kernel's); :func:`assess_outputs` turns a kernel's outputs into one ``_verdict.Assessment`` per
-output. Nothing is judged against an oracle result that is not finite: ``Truth`` raises
-``NonFiniteError`` naming ``scale`` and the cause (``_oracle.nonfinite_report``) instead.
-Vector gates and packed sequences (``Problem.cu_seqlens``) go to the oracle, the scales and the
-reference kernels as they are; the proven bound, written for scalar gates of one sequence per row,
-sees them through ``_verdict.budget_view`` (``Truth.budget_view``).
+Every face of glaref that judges a kernel of the scalar-gate family (the audit engine through
+``_family.SCALAR_GATE``'s judge, ``glaref.testing``, the tools) goes through here (the gated delta
+rule's counterpart is ``glaref.delta._family``): :class:`Truth` holds, for one problem (canonical,
+already rounded to the dtype the kernel received), the oracle's outputs and gradients, the error
+scales and the same-precision reference kernels' outputs, each computed once on first use and timed
+apart (never counted as the kernel's); :func:`assess_outputs` turns a kernel's outputs into one
+``_verdict.Assessment`` per output. Nothing is judged against an oracle result that is not finite:
+``Truth`` raises ``NonFiniteError`` naming ``scale`` and the cause (``_oracle.nonfinite_report``)
+instead. Vector gates and packed sequences (``Problem.cu_seqlens``) go to the oracle, the scales
+and the reference kernels as they are; the proven bound, written for scalar gates of one sequence
+per row, sees them through ``_verdict.budget_view`` (``Truth.budget_view``).
 """
 
 from __future__ import annotations
