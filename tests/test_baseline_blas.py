@@ -31,7 +31,8 @@ DIMS = Dims(B=1, G=1, H=2, T=70, dk=24, dv=20)
 _CHILD = r"""
 import hashlib, json, sys
 import numpy as np
-from glaref import _baseline, regimes
+from glaref.gla import _baseline
+from glaref import regimes
 from glaref._inputs import Dims
 from glaref.tolerances import tol
 

@@ -44,7 +44,9 @@ AUDIT = ["--impl", "chunked", "--config", "g2h4_dk32_dv24", "--seq", "70", "--mo
 SCRIPT = textwrap.dedent("""
     import contextlib, hashlib, io, json, math, sys
     import numpy as np
-    from glaref import _baseline, _golden_build as gb, _verdict, golden
+    from glaref.gla import _baseline, _golden as gb
+    from glaref._audit import _verdict
+    from glaref import golden
     from glaref.cli import main
     from glaref.gla._designs import DESIGNS
     from glaref._inputs import Dims, Problem

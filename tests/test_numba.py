@@ -183,7 +183,7 @@ def test_no_heads_gives_zero_gradients_for_q_and_k(B, G, per_head):
 _THREAD_SCRIPT = textwrap.dedent("""
     import sys, numpy as np
     sys.path.insert(0, {root!r})
-    from glaref import _numba
+    from glaref.gla import _numba
     import numba
     assert numba.get_num_threads() == {n}, numba.get_num_threads()
     rng = np.random.default_rng(7)

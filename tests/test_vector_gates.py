@@ -131,7 +131,7 @@ def test_empty(impl, B, T):
 _THREAD_SCRIPT = textwrap.dedent("""
     import sys, numpy as np
     sys.path.insert(0, {root!r})
-    from glaref import _numba
+    from glaref.gla import _numba
     import numba
     assert numba.get_num_threads() == {n}, numba.get_num_threads()
     rng = np.random.default_rng(7)
