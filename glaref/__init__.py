@@ -21,7 +21,7 @@ from ._errors import (
     SeqlensError,
     ShapeError,
 )
-from ._oracle import Grads, dlog_alpha_identity, forward, vjp
+from .gla._oracle import Grads, dlog_alpha_identity, forward, vjp
 
 __version__ = "0.1.0"
 
@@ -54,15 +54,15 @@ def __getattr__(name: str):
     # Lazy attributes: the audit engine and the JAX kernels pull in jax; scales pulls in the oracle.
     if name == "audit":
         # the engine's entry point, a plain function (its package, glaref._audit, is private)
-        from ._audit import audit
+        from ._audit._engine import audit
         return audit
     if name in ("kernels", "golden", "delta"):
         import importlib
         return importlib.import_module(f".{name}", __name__)
     if name == "scales":
-        from ._budget import scales as public_scales
+        from .gla._budget import scales as public_scales
         return public_scales
     if name == "Scales":
-        from ._budget import Scales
+        from .gla._budget import Scales
         return Scales
     raise AttributeError(f"module 'glaref' has no attribute {name!r}")

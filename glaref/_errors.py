@@ -78,7 +78,7 @@ class AuditEnvironmentError(GlarefError, RuntimeError):
 
 
 class ClaimError(AuditUsageError, DTypeError):
-    """A claim about a kernel (``glaref._claims.Claims``: its layout, dtypes, chunk size, forms,
+    """A claim about a kernel (``glaref._audit._claims.Claims``: its layout, dtypes, chunk size, forms,
     gate kind, ...) that glaref cannot use, or two claims that contradict each other. The one
     usage error of every face that takes claims; ``argument`` names the argument (the CLI shows
     its flag), ``detail`` says what was got and what was expected."""

@@ -1,4 +1,4 @@
-"""``glaref oracles generate | verify``: the command-line face of glaref/_golden_build.py.
+"""``glaref oracles generate | verify``: the command-line face of glaref/gla/_golden.py.
 
     glaref oracles generate [--out DIR]           # write oracles/ (the cases and manifest.json)
     glaref oracles verify [--dir DIR] [--strict]  # recompute every case, check hashes and values
@@ -15,8 +15,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from . import _golden_build as gb
 from . import golden
+from .gla import _golden as gb
 
 
 def add_parser(sub) -> None:

@@ -23,11 +23,12 @@ import sys
 from typing import Sequence
 
 from . import _golden_cli
-from ._audit import _merge, _report, audit
+from ._audit import _merge, _report
 from ._audit._args import check_preset, family
 from ._audit._args import split as _split
+from ._audit._claims import Claims
+from ._audit._engine import audit
 from ._audit._presets import CONFIGS, PRESETS, parse_config, regime_names
-from ._claims import Claims
 from ._errors import AuditEnvironmentError, AuditUsageError, GlarefError
 
 __all__ = ["PROG", "main"]

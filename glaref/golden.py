@@ -12,7 +12,7 @@ Each case holds its inputs and cotangents (already rounded to the case's dtype, 
 float64, layout "bhtd"), the oracle's outputs and gradients on them, the per-element error scales
 of every output and the figures of glaref's same-precision reference kernels that the calibrated
 verdict compares with. ``ARRAYS`` lists the names; ``OUTPUTS`` the order of the figure arrays.
-``glaref oracles generate`` writes them (glaref/_golden_build.py) and ``glaref oracles verify``
+``glaref oracles generate`` writes them (glaref/gla/_golden.py) and ``glaref oracles verify``
 recomputes them.
 
 Only numpy is imported here: a corrupted or truncated file raises :class:`OracleFileError`

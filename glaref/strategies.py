@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from . import regimes as _regimes
 from ._inputs import LAYOUTS, Dims, Problem
-from ._problems import round_problem  # the audit's own rounding, not a second copy
+from .gla._problems import round_problem  # the audit's own rounding, not a second copy
 
 __all__ = ["DTYPES", "dims", "dtypes", "layouts", "problems", "regimes", "rounded", "seeds"]
 

@@ -11,7 +11,7 @@
 ``check_kernel`` runs a kernel on glaref's problems and judges every row; ``assert_close_to_oracle``
 judges outputs the caller computed (torch CPU or CUDA tensors, NumPy, JAX, CuPy) on the inputs
 the kernel received. Both are thin faces over the audit engine's judgement
-(``glaref._judge.assess_outputs`` -> ``glaref._verdict.assess``, the verdict of ``glaref
+(``glaref.gla._judge.assess_outputs`` -> ``glaref._audit._verdict.assess``, the verdict of ``glaref
 audit``): each output and gradient passes when it is finite and within the two tiers (within
 ``calibrated_ratio`` times the error of glaref's same-precision reference kernels on the same
 inputs, and within the proven worst-case bound); otherwise ``AssertionError`` lists, per output,
@@ -33,13 +33,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from . import _claims, _judge
-from ._audit import _args
+from ._audit import _args, _claims
+from ._audit._claims import Claims
 from ._audit._engine import JaxOptions, audit_jax, audit_kernel, check_probes
+from ._audit._frameworks import FRAMEWORKS, detect_framework, dtype_name, to_host_float64
 from ._audit._messages import describe, failing_lines, less_accurate_lines, output_table
 from ._audit._presets import CHECK_CONFIG, CHECK_MODES, CHECK_REGIMES, CHECK_SEQS, Preset
 from ._audit._records import Output
-from ._claims import Claims
 from ._errors import (
     AuditEnvironmentError,
     AuditUsageError,
@@ -48,7 +48,6 @@ from ._errors import (
     LessAccurateWarning,
     ShapeError,
 )
-from ._frameworks import FRAMEWORKS, detect_framework, dtype_name, to_host_float64
 from ._inputs import (
     _KIND,
     ARRAYS,
@@ -60,8 +59,9 @@ from ._inputs import (
     from_canonical,
     to_canonical,
 )
-from ._problems import round_to_dtype
 from .conventions import LOG_ALPHA_BT_SUM
+from .gla import _judge
+from .gla._problems import round_to_dtype
 
 __all__ = ["DEFAULT_CONFIG", "DEFAULT_SEQS", "LessAccurateWarning", "assert_close_to_oracle",
            "check_kernel"]
@@ -155,9 +155,9 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
         receives ``scale`` when its signature takes it, else must apply it itself), or, for JAX, a
         built-in name ("chunked", "scan") or "package.module:function".
     framework : {"jax", "torch", "numpy"} or None
-        None detects it from the kernel's code (``glaref._frameworks.detect_framework``). JAX
+        None detects it from the kernel's code (``glaref._audit._frameworks.detect_framework``). JAX
         kernels are compiled by the audit engine (gradients by ``jax.vjp``); torch and NumPy
-        kernels are run by ``glaref._frameworks.run_kernel`` on the same problems and judged by
+        kernels are run by ``glaref._audit._frameworks.run_kernel`` on the same problems and judged by
         the same verdict, gradients through ``torch.autograd``. A kernel that is not
         differentiable (any NumPy kernel; a torch kernel whose outputs do not require grad) is
         checked forward only: its rows are mode "fwd" with ``forward_only`` giving the reason (a
@@ -173,14 +173,14 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
     device : str, optional
         torch only: where the inputs go, "cpu" (default) or "cuda".
     probes : bool, str or sequence of str, optional
-        Also run the probes of ``glaref._probes`` on every fwd_bwd row (True or "all", or names
+        Also run the probes of ``glaref._audit._probes`` on every fwd_bwd row (True or "all", or names
         among determinism, causality, packed, cotangents, chunk_sweep): bit-identical reruns,
         no dependence on later steps, isolated packed sequences, structured cotangents, chunk
         boundaries. A failing probe fails the row, with its own line in the AssertionError.
     **claims
         JAX only, beside the claims: ``backend`` (the device platform, "cpu" or "gpu") and
         ``precision`` (jax's matmul precision, which makes float32 "tf32" on an NVIDIA GPU).
-        What the kernel claims (``glaref._claims.Claims``): dtype (default "float32"), layout
+        What the kernel claims (``glaref._audit._claims.Claims``): dtype (default "float32"), layout
         ("bhtd"), chunk_size (1 for a step-by-step scan; None, unknown, judges it between the
         extremes), accumulate_dtype (what a 16-bit kernel accumulates in; None: float32),
         dlog_alpha_form ("identity", the reverse cumsum of q.dq - k.dk of flash-linear-attention's
@@ -389,7 +389,7 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
         gt.assert_close_to_oracle(got, fla.simple_gla_inputs(q, k, v, g, initial_state=h0,
                                                              do=do, dht=dht))
 
-    The verdict is the audit's (``glaref._judge``): each output passes when finite, within
+    The verdict is the audit's (``glaref.gla._judge``): each output passes when finite, within
     ``calibrated_ratio`` times the error of glaref's same-precision reference kernels on the same
     inputs (NumPy/Numba: no JAX at any dtype) and within the proven worst-case bound. Vector
     gates (GLA: log_alpha (B, H, T, dk), ``fla.gla_inputs``) are judged like scalar ones;
@@ -415,7 +415,7 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
     oracle_impl : {"numba", "numpy"}, optional
         The oracle's implementation (default Numba's when installed).
     **given
-        The inputs' keys as keywords, and the kernel's claims (``glaref._claims.Claims``), as
+        The inputs' keys as keywords, and the kernel's claims (``glaref._audit._claims.Claims``), as
         :func:`check_kernel`'s: compute_dtype (default ``dtype``; "tf32" for a float32 kernel
         whose matmuls run as TF32), accumulate_dtype (None: float32), operand_dtype, chunk_size
         (1: step by step; None: unknown), dlog_alpha_form ("identity", flash-linear-attention's
@@ -424,7 +424,7 @@ def assert_close_to_oracle(actual: Mapping[str, Any], inputs: Mapping[str, Any] 
     Returns
     -------
     dict
-        One ``glaref._verdict.Assessment`` per judged output (rel_err, ratio, budget_ulps,
+        One ``glaref._audit._verdict.Assessment`` per judged output (rel_err, ratio, budget_ulps,
         bound, ...).
 
     Raises

@@ -47,7 +47,7 @@ TOLERANCES: dict[str, Tolerance] = {
     # The trust tests use T <= 16, dk, dv <= 8, N <= 4096 (the tests assert it), so per
     # evaluation n <= 4*16 + 8 + 8 + 12 + 8 = 100. An oracle that formed exp(b_t - b_s) from
     # cumulative sums b of log_alpha would add |b_t - b_s| u (exp's condition number); the Numba
-    # oracle forms every decay as a running product of alphas (glaref/_numba.py: j - i roundings,
+    # oracle forms every decay as a running product of alphas (glaref/gla/_numba.py: j - i roundings,
     # counted in the per-step 4), so the |b_t - b_s| allowances below are margin it does not use.
 # Vector gates (log_alpha (B, H, T, dk), docs/math.md section 9) and packed sequences use the
 # same entries, by the same derivation: a term's path has the same roundings per step (the exp of
@@ -95,7 +95,7 @@ TOLERANCES: dict[str, Tolerance] = {
     "trust_multichunk": Tolerance(
         2000 * U64,
         "The trust checks (complex step, mpmath, jax scan) on the sizes that cross the Numba "
-        "oracle's chunks (glaref._numba.CHUNK = 32 steps): T <= 160, dk, dv <= 4, N <= 4096. "
+        "oracle's chunks (glaref.gla._numba.CHUNK = 32 steps): T <= 160, dk, dv <= 4, N <= 4096. "
         "Per float64 evaluation n <= 4*160 + 4 + 4 + 12 + 8 = 668 roundings (derivation above); "
         "a comparison involves at most three evaluations' worth (complex step: 2 for the "
         "complex side + 1 for vjp): ~ 2000 u. Still ~1e-13 of the term scale: any wrong term shows as O(1).",
@@ -112,7 +112,7 @@ TOLERANCES: dict[str, Tolerance] = {
 }
 
 # ---- normwise sanity figures for float64 / float32 kernels (tests/test_kernels.py, test_audit.py) ----
-# The audit's verdict is the error budget (glaref/_verdict.py, "budget_*" entries below); these
+# The audit's verdict is the error budget (glaref/_audit/_verdict.py, "budget_*" entries below); these
 # normwise figures remain as the tests' plain check that a correct float32/float64 kernel's
 # relative error is of the size rounding explains. Normwise relative error of a kernel output vs
 # the float64 oracle run on the kernel's own (rounded) inputs, so input quantisation is not
@@ -129,7 +129,7 @@ TOLERANCES.update({
 })
 
 
-# ---- error budgets and the verdict rule (glaref/_budget.py, _metrics.py, _verdict.py, docs/budgets.md)
+# ---- error budgets and the verdict rule (glaref/gla/_budget.py, _metrics.py, _verdict.py, docs/budgets.md)
 # Smallest positive *normal* number of each format: the most a product or sum can lose to
 # underflow when subnormals are flushed to zero (XLA does so on CPU and GPU).
 SMALLEST_NORMAL = {
@@ -202,7 +202,7 @@ TOLERANCES.update({
         "(u_f16 normwise) plus float32 accumulation (128 u32).",
     ),
 })
-# ---- the calibrated verdict (glaref/_verdict.py, glaref/_baseline.py, docs/budgets.md sec. 8) ----
+# ---- the calibrated verdict (glaref/_audit/_verdict.py, glaref/gla/_baseline.py, docs/budgets.md 8) ----
 TOLERANCES.update({
     "calibrated_ratio": Tolerance(
         6.0,
@@ -317,11 +317,11 @@ TOLERANCES.update({
 })
 
 
-# ---- glaref._frameworks: kernels run through torch / NumPy / JAX (tests/test_frameworks.py) ----
+# ---- glaref._audit._frameworks: kernels run through torch / NumPy / JAX (tests/test_frameworks.py) ----
 TOLERANCES.update({
     "frameworks_loop_f64": Tolerance(
         300 * U64,
-        "A float64 step-by-step kernel run through glaref._frameworks (torch.autograd, NumPy, "
+        "A float64 step-by-step kernel run through glaref._audit._frameworks (torch.autograd, NumPy, "
         "jax.vjp) vs the oracle on the inputs the runner reports, max |a - b| / scale on T <= 16, "
         "dk, dv <= 8 with standard gates: as trust_jax_scan_f64 (two evaluations within 100 u "
         "each plus <= 80 u of the oracle's cumulative log-decays). A result under the wrong name, "
@@ -337,7 +337,7 @@ TOLERANCES.update({
 })
 
 
-# ---- golden vectors (glaref/_golden_build.py: `glaref oracles verify`, tests/test_golden.py) ----
+# ---- golden vectors (glaref/gla/_golden.py: `glaref oracles verify`, tests/test_golden.py) ----
 TOLERANCES.update({
     "golden_recompute": Tolerance(
         16384 * U64,
@@ -364,7 +364,7 @@ TOLERANCES.update({
 
 
 # ---- which arithmetic a same-precision reference kernel ran in (tests/test_baseline_vector.py) ----
-# The reference kernels (glaref/_baseline.py) must *make* the rounding errors of their precision,
+# The reference kernels (glaref/gla/_baseline.py) must *make* the rounding errors of their precision,
 # not merely stay within a bound (a kernel secretly computing in float64 would pass any bound). On
 # the test shapes (T = 70, dk = 8, dv = 6, random inputs, hundreds of elements per output) the
 # normwise error of one precision sits near a small multiple of its u: float64 kernels measured

@@ -13,8 +13,8 @@ from typing import Callable
 import numpy as np
 import pytest
 
+from glaref._audit._metrics import rel_err  # noqa: F401 - the tests take glaref's one metric from here
 from glaref._inputs import Dims, Problem
-from glaref._metrics import rel_err  # noqa: F401 - the tests take glaref's one metric from here
 
 try:
     from hypothesis import settings as _hypothesis_settings
@@ -30,12 +30,12 @@ else:
     _hypothesis_settings.load_profile("glaref-ci" if os.environ.get("CI") else "glaref")
 
 # The implementations of the oracle. numba is skipped, with its reason shown, only while
-# glaref/_numba.py does not exist (it is being written alongside these tests).
-HAS_NUMBA_MODULE = importlib.util.find_spec("glaref._numba") is not None
+# glaref/gla/_numba.py does not exist (it is being written alongside these tests).
+HAS_NUMBA_MODULE = importlib.util.find_spec("glaref.gla._numba") is not None
 IMPLS = [
     pytest.param("numpy", id="numpy"),
     pytest.param("numba", id="numba", marks=pytest.mark.skipif(
-        not HAS_NUMBA_MODULE, reason="glaref/_numba.py does not exist yet: impl='numba' not testable")),
+        not HAS_NUMBA_MODULE, reason="glaref/gla/_numba.py does not exist yet: impl='numba' not testable")),
 ]
 
 

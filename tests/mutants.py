@@ -46,8 +46,8 @@ MUTANT_DOCS = {
 }
 MUTANT_NAMES = tuple(MUTANT_DOCS)
 
-# One mutant per pattern of glaref._where that the mutants above do not show in the standard and
-# strong_decay regimes at even sizes (tests/test_where.py), and one per probe of glaref._probes
+# One mutant per pattern of glaref._audit._where that the mutants above do not show in the standard and
+# strong_decay regimes at even sizes (tests/test_where.py), and one per probe of glaref._audit._probes
 # (tests/test_probes.py). Kept apart from MUTANTS, whose every member tests/test_detection.py
 # expects flagged by the verdict: the probe mutants pass it on purpose.
 PATTERN_DOCS = {

@@ -19,8 +19,9 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 import glaref  # noqa: E402
-from glaref import _metrics, _verdict  # noqa: E402
-from glaref._audit import AuditUsageError, summary  # noqa: E402
+from glaref._audit import _metrics, _verdict  # noqa: E402
+from glaref._audit._report import summary  # noqa: E402
+from glaref._errors import AuditUsageError  # noqa: E402
 from glaref._inputs import Dims  # noqa: E402
 from glaref.regimes import make_inputs  # noqa: E402
 from glaref.tolerances import UNIT_ROUNDOFF, tol  # noqa: E402

@@ -3,7 +3,7 @@
 - The zoo of correct vector-gate kernels (tests/zoo.py ``vector_zoo``) passes the verdict judged
   with the CLI's defaults (structure unknown, float32) on every default regime and mixed_dims;
   errors a correct kernel does not make (1% systematic or random, TF32-rounded operands) are
-  flagged. Judged by glaref._judge, the audit's own rule, on kernels run as the engine runs them.
+  flagged. Judged by glaref.gla._judge, the audit's own rule, on kernels run as the engine runs them.
 - The engine and the CLI: ``gate="vector"`` / ``--gate vector``, ``cu_seqlens`` /
   ``--cu-seqlens`` (explicit offsets or random:N), exit codes 0, 1 and 2, the records' gate and
   cu_seqlens, the table's columns, user kernels given the offsets as ``cu_seqlens=``.
@@ -21,10 +21,12 @@ import pytest
 pytest.importorskip("jax")
 
 import glaref  # noqa: E402
-from glaref import _judge, _sensitivity, regimes  # noqa: E402
-from glaref._audit import AuditUsageError  # noqa: E402
+from glaref import regimes  # noqa: E402
+from glaref._audit import _sensitivity  # noqa: E402
+from glaref._errors import AuditUsageError  # noqa: E402
 from glaref._inputs import ARRAYS, OUTPUTS, Dims  # noqa: E402
 from glaref.cli import main  # noqa: E402
+from glaref.gla import _judge  # noqa: E402
 
 import zoo  # noqa: E402  (tests/ is on sys.path under pytest)
 

@@ -2,7 +2,7 @@
 
 ``np.matmul`` in float32 sums in an order that differs between OpenBLAS's kernels (Haswell,
 SkylakeX, Prescott), so reference kernels that called it gave other reference errors, and other
-verdicts, on other CPUs. glaref's reference kernels (glaref/_baseline.py) sum every product in a
+verdicts, on other CPUs. glaref's reference kernels (glaref/gla/_baseline.py) sum every product in a
 fixed order of their own (``_baseline_scan.bmm``) and every sum over steps by cumulative sums.
 Here each runs in subprocesses under OPENBLAS_CORETYPE=Haswell and Prescott (SkylakeX needs
 AVX-512, which not every CPU has) and must give the same bytes; the same subprocesses show that
@@ -20,8 +20,9 @@ import sys
 import numpy as np
 import pytest
 
-from glaref import _baseline, regimes
+from glaref import regimes
 from glaref._inputs import Dims
+from glaref.gla import _baseline
 from glaref.tolerances import tol
 
 CORETYPES = ("Haswell", "Prescott")
@@ -30,7 +31,8 @@ DIMS = Dims(B=1, G=1, H=2, T=70, dk=24, dv=20)
 _CHILD = r"""
 import hashlib, json, sys
 import numpy as np
-from glaref import _baseline, regimes
+from glaref.gla import _baseline
+from glaref import regimes
 from glaref._inputs import Dims
 from glaref.tolerances import tol
 

@@ -1,4 +1,4 @@
-"""The same-precision reference kernels (glaref._baseline) on vector gates and packed sequences.
+"""The same-precision reference kernels (glaref.gla._baseline) on vector gates and packed sequences.
 
 Each new path is held to the float64 oracle on the same (float32-rounded) inputs, from outside:
 every output within the proven worst-case bound of a correct kernel of its structure
@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 import glaref
-from glaref import _baseline, _budget, _metrics, _verdict, regimes
+from glaref import regimes
+from glaref._audit import _metrics, _verdict
+from glaref._audit._metrics import rel_err
 from glaref._inputs import ARRAYS, OUTPUTS, Dims
-from glaref._metrics import rel_err
+from glaref.gla import _baseline, _budget
 from glaref.tolerances import tol
 
 CHUNK = 32                       # three chunks and a tail at T = 70 / 130

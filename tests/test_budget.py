@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 
 import glaref
-from glaref import _budget, _metrics, _reference, _verdict, regimes
-from glaref._claims import Claims
+from glaref import regimes
+from glaref._audit import _metrics, _verdict
+from glaref._audit._claims import Claims
 from glaref._inputs import OUTPUTS, Dims, Problem
+from glaref.gla import _budget, _reference
 from glaref.tolerances import SMALLEST_NORMAL, UNIT_ROUNDOFF, tol
 
 SMALL = Dims(B=2, G=2, H=4, T=33, dk=5, dv=3)

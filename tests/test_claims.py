@@ -1,4 +1,4 @@
-"""A kernel's claims as one value (glaref._claims), the reference-kernel table (glaref._designs),
+"""A kernel's claims as one value (glaref._audit._claims), the reference-kernel table (glaref.gla._designs),
 and what the one engine gives every framework: packed sequences for NumPy kernels in
 check_kernel, a raising kernel's traceback as the AssertionError's cause."""
 
@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import glaref
-from glaref import _designs, _verdict
-from glaref._claims import Claims
+from glaref._audit import _verdict
+from glaref._audit._claims import Claims
+from glaref.gla import _designs
 from glaref.testing import check_kernel
 
 TINY = "1,1,2,4,3"

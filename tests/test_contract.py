@@ -38,8 +38,8 @@ from hypothesis import strategies as st
 import glaref
 import glaref.strategies as gst
 from glaref import GlarefError, NonFiniteWarning
+from glaref._audit._metrics import underflow_floor
 from glaref._inputs import _KIND, ARRAYS, Dims
-from glaref._metrics import underflow_floor
 from glaref.regimes import make_inputs
 from glaref.tolerances import tol
 
@@ -421,7 +421,7 @@ def kernel_cases(draw):
 
 def _kernel_case(case) -> str:
     pytest.importorskip("jax")
-    from glaref._audit import AuditEnvironmentError, AuditUsageError
+    from glaref._errors import AuditEnvironmentError, AuditUsageError
     from glaref.testing import check_kernel
 
     fn = _kernel(case["kind"], case["where"], case["factor"], case["layout"])

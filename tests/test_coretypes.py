@@ -11,7 +11,7 @@ in its own subprocess, which reports
 * the figures of glaref's same-precision reference kernels on those cases against the *stored*
   float64 truth, which is the same file on every machine: the bits of the kernels' outputs and
   their normwise errors (summed with math.fsum). The reference kernels compute in a fixed order
-  without BLAS (glaref/_baseline.py), so these must be identical, not close;
+  without BLAS (glaref/gla/_baseline.py), so these must be identical, not close;
 * one row of ``glaref audit`` (a built-in JAX kernel, float32, JSON record): its verdict, and
   its reference errors as the report prints them (three significant digits). These are measured
   against the truth recomputed on the subprocess's BLAS, whose last bits move (a relative change
@@ -44,9 +44,11 @@ AUDIT = ["--impl", "chunked", "--config", "g2h4_dk32_dv24", "--seq", "70", "--mo
 SCRIPT = textwrap.dedent("""
     import contextlib, hashlib, io, json, math, sys
     import numpy as np
-    from glaref import _baseline, _golden_build as gb, _verdict, golden
+    from glaref.gla import _baseline, _golden as gb
+    from glaref._audit import _verdict
+    from glaref import golden
     from glaref.cli import main
-    from glaref._designs import DESIGNS
+    from glaref.gla._designs import DESIGNS
     from glaref._inputs import Dims, Problem
 
     cases, audit_args, json_path = json.loads(sys.argv[1])

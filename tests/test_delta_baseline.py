@@ -22,8 +22,8 @@ import numba
 import numpy as np
 import pytest
 
+from glaref._audit._metrics import rel_err
 from glaref._inputs import Dims
-from glaref._metrics import rel_err
 from glaref.delta import _baseline, _designs, regimes
 from glaref.delta._oracle import OUTPUTS, DeltaProblem, backend
 from glaref.tolerances import tol

@@ -236,7 +236,7 @@ def test_the_built_in_kernels_pass_every_probe(regime):
 
 def test_a_delta_kernel_reading_one_step_ahead_fails_causality():
     pytest.importorskip("jax")
-    from glaref import _probes
+    from glaref._audit import _probes
     from glaref.delta._family import DELTA
 
     p = DELTA.make_problem("standard", Dims(1, 1, 2, 20, 8, 6), 0, "float32")
@@ -247,7 +247,7 @@ def test_a_delta_kernel_reading_one_step_ahead_fails_causality():
 
 def test_a_nondeterministic_delta_kernel_fails_determinism():
     pytest.importorskip("jax")
-    from glaref import _probes
+    from glaref._audit import _probes
     from glaref.delta._family import DELTA
 
     p = DELTA.make_problem("standard", Dims(1, 1, 2, 20, 8, 6), 0, "float32")
@@ -289,9 +289,9 @@ def test_the_memory_guard_counts_the_familys_oracle_side(monkeypatch):
     import tracemalloc
 
     from glaref._audit import _device, _engine
-    from glaref._audit._family import SCALAR_GATE
-    from glaref._verdict import reference_arithmetic
+    from glaref._audit._verdict import reference_arithmetic
     from glaref.delta._family import DELTA
+    from glaref.gla._family import SCALAR_GATE
 
     d = Dims(1, 1, 2, 256, 16, 16)          # arrays, not fixed overheads, dominate
     arith = reference_arithmetic("float32", "float32", None)

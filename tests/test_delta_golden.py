@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from glaref import golden
-from glaref._golden_build import MAX_TOTAL_BYTES, npz_bytes
 from glaref.delta import _golden as dg
+from glaref.gla._golden import MAX_TOTAL_BYTES, npz_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "oracles" / "delta"

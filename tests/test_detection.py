@@ -19,7 +19,7 @@ pytest.importorskip("jax", reason="detection tests run JAX kernels (the jax extr
 
 import glaref  # noqa: E402
 from glaref import regimes  # noqa: E402
-from glaref._audit import summary  # noqa: E402
+from glaref._audit._report import summary  # noqa: E402
 from glaref._inputs import OUTPUTS  # noqa: E402
 from glaref.cli import main  # noqa: E402
 
@@ -195,7 +195,7 @@ def test_tf32_matmuls_pass_when_judged_as_tf32_accumulating_in_float32(regime, m
     # A bug when float32 is promised (test_mutant_is_flagged), it must pass when the audit knows
     # the compute dtype is TF32 with float32 accumulation, as the engine judges built-in kernels
     # on an NVIDIA GPU (compute_dtype "tf32", accumulate_dtype "float32").
-    from glaref import _verdict
+    from glaref._audit import _verdict
     monkeypatch.setattr(_verdict, "compute_dtype", lambda dtype, precision, platform: "tf32")
     recs = run([mutants.MUTANTS["tf32_matmul"]], regime, chunk_size=mutants.MUTANT_CHUNK,
                accumulate_dtype="float32")

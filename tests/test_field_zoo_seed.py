@@ -18,8 +18,9 @@ import pytest
 
 pytest.importorskip("jax", reason="the field's designs are JAX kernels")
 
-from glaref import _judge, regimes  # noqa: E402
+from glaref import regimes  # noqa: E402
 from glaref._inputs import Dims  # noqa: E402
+from glaref.gla import _judge  # noqa: E402
 
 import zoo  # noqa: E402  (tests/ is on sys.path under pytest)
 

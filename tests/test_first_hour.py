@@ -19,9 +19,10 @@ import first_hour_kernels as fk  # noqa: E402  (tests/ is on sys.path under pyte
 
 import glaref.kernels  # noqa: E402
 import glaref.testing as gt  # noqa: E402
-from glaref import _problems, cli, regimes  # noqa: E402
+from glaref import cli, regimes  # noqa: E402
 from glaref._audit import _presets  # noqa: E402
 from glaref._inputs import OUTPUTS  # noqa: E402
+from glaref.gla import _problems  # noqa: E402
 
 pytestmark = pytest.mark.jax
 

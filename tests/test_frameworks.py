@@ -1,4 +1,4 @@
-"""glaref._frameworks.run_kernel: torch, NumPy and JAX kernels run on one problem, results read back
+"""glaref._audit._frameworks.run_kernel: torch, NumPy and JAX kernels run on one problem, results read back
 as canonical float64 (no verdict). A correct step-by-step kernel written here in each framework
 must agree with the oracle on the inputs the runner says it gave, under every name and layout."""
 
@@ -14,7 +14,7 @@ import pytest
 
 import glaref
 from glaref import DTypeError, LayoutError
-from glaref._frameworks import Call, detect_framework, run_kernel
+from glaref._audit._frameworks import Call, detect_framework, run_kernel
 from glaref._inputs import GRADS
 from glaref.tolerances import tol
 
@@ -290,7 +290,7 @@ class Block(importlib.abc.MetaPathFinder):
             raise ImportError(f"{name} is blocked for this test")
 sys.meta_path.insert(0, Block())
 import numpy as np
-from glaref._frameworks import run_kernel
+from glaref._audit._frameworks import run_kernel
 from conftest import rand_problem
 def kernel(q, k, v, log_alpha, h0):
     return np.cumsum(v, axis=2)

@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 
 import glaref.golden as golden
-from glaref import _baseline, _judge
-from glaref import _golden_build as gb
 from glaref._inputs import GRADS, Problem
-from glaref._problems import round_to_dtype
 from glaref.cli import main
+from glaref.gla import _baseline, _judge
+from glaref.gla import _golden as gb
+from glaref.gla._problems import round_to_dtype
 from glaref.golden import OUTPUTS, OracleFileError
 from glaref.tolerances import tol
 
@@ -127,7 +127,7 @@ def test_arrays_shapes_and_exact_dtype_rounding():
 
 
 def test_stored_values_are_the_readable_reference_on_the_stored_inputs():
-    # the NumPy reference (glaref/_reference.py), not the Numba path that generated them
+    # the NumPy reference (glaref/gla/_reference.py), not the Numba path that generated them
     import glaref
 
     for name in ("regime_strong_decay-float32", "edge_G2_H6-bfloat16", "regime_ragged_T65-float32"):
@@ -427,7 +427,7 @@ def _problem(c: golden.Case) -> Problem:
 def _reference_run(c: golden.Case, kernel: str) -> dict[str, np.ndarray]:
     """A correct kernel's outputs on the case (glaref's reference kernel, as the verdict runs
     it), rounded to the case's dtype, by golden output name."""
-    from glaref import _verdict
+    from glaref._audit import _verdict
 
     dtype = c.meta["dtype"]
     arith = _verdict.reference_arithmetic(dtype, gb.ACCUMULATE[dtype])
@@ -663,7 +663,8 @@ def test_wheel_carries_the_golden_vectors(tmp_path):
         names = set(zf.namelist())
     want = {f"glaref/oracles/{e['file']}" for e in MANIFEST["cases"].values()}
     want |= {"glaref/oracles/manifest.json", "glaref/oracles/README.md", "glaref/golden.py",
-             "glaref/_audit/__init__.py", "glaref/kernels/__init__.py", "glaref/conventions/__init__.py"}
+             "glaref/_audit/__init__.py", "glaref/gla/__init__.py", "glaref/kernels/__init__.py",
+             "glaref/conventions/__init__.py"}
     assert want <= names, sorted(want - names)
     site = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),

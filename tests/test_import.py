@@ -8,7 +8,7 @@ import sys
 
 from conftest import blocked_imports
 
-HEAVY = ("numba", "jax", "jaxlib", "torch", "glaref._numba", "matplotlib", "mpmath", "scipy")
+HEAVY = ("numba", "jax", "jaxlib", "torch", "glaref.gla._numba", "matplotlib", "mpmath", "scipy")
 
 _PROBE = r"""
 import json, sys, time

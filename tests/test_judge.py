@@ -1,6 +1,6 @@
 """The judge of kernels in any framework: ``glaref.testing.assert_close_to_oracle`` (outputs
 computed anywhere) and ``check_kernel`` with torch and NumPy kernels, through the same verdict as
-``glaref audit`` (``glaref._judge``). The verdict's own detection power is tests/test_detection's;
+``glaref audit`` (``glaref.gla._judge``). The verdict's own detection power is tests/test_detection's;
 here: correct kernels pass (float32 and bfloat16 torch inputs, FLA's convention end to end),
 broken torch kernels fail on exactly the outputs they break with the figures in the message,
 outputs not computed are skipped, bad arguments are named, the core path imports no JAX, and the
@@ -21,7 +21,7 @@ import pytest
 import glaref
 import glaref.testing as gt
 from glaref import DTypeError, ShapeError
-from glaref._audit import AuditUsageError
+from glaref._errors import AuditUsageError
 from glaref._inputs import GRADS, OUTPUTS
 from glaref.conventions import LOG_ALPHA_BT_SUM, fla
 from glaref.tolerances import tol
@@ -318,7 +318,7 @@ def operand_rounding_kernel(fmt):
     """numpy_kernel with every product's operands rounded to ``fmt`` (sums and the state in
     float32): "tf32" is what a GPU does with float32 matmuls by default (Triton's tl.dot);
     "bfloat16" a Triton kernel casting its float32 state to bfloat16 before tl.dot."""
-    from glaref._baseline import round_to
+    from glaref.gla._baseline import round_to
 
     def kernel(q, k, v, log_alpha, h0, scale):
         rep = v.shape[1] // q.shape[1]
@@ -421,7 +421,7 @@ def _numpy_case(dtype="float32"):
     kernel's: (actual, inputs keywords)."""
     from glaref import regimes
     from glaref._inputs import Dims
-    from glaref._problems import round_problem
+    from glaref.gla._problems import round_problem
 
     p = round_problem(regimes.make_inputs("standard", Dims(1, 1, 2, 6, 4, 3), 0), dtype)
     o, h_T = glaref.forward(p.q, p.k, p.v, p.log_alpha, p.h0)
@@ -507,7 +507,7 @@ import numpy as np
 import glaref, glaref.testing as gt
 from glaref import regimes
 from glaref._inputs import Dims
-from glaref._problems import round_problem, round_to_dtype
+from glaref.gla._problems import round_problem, round_to_dtype
 
 out = {}
 for dtype in ("float32", "bfloat16", "float16"):

@@ -6,7 +6,7 @@ to float64), so input quantisation is never counted as kernel error. Two checks 
 (o, h_T and the gradients of q, k, v, log_alpha, h0 through jax.vjp with random do and dh_T):
 
 - elementwise: budget_ulps = max |x - ref| / (u * scale + floor) within the worst-case rounding
-  bound of a correct chunked (or step-by-step) kernel, glaref._verdict.budget_bound (scales from
+  bound of a correct chunked (or step-by-step) kernel, glaref._audit._verdict.budget_bound (scales from
   the oracle on absolute values; dlog_alpha against the identity's scale);
 - normwise: ||x - ref|| / ||ref|| within the audit's table entry for float32/float64, and for
   16-bit inputs within kernel_rel_err_<dtype> (one rounding at return plus float32 arithmetic,
@@ -25,11 +25,11 @@ import jax.numpy as jnp  # noqa: E402
 import glaref  # noqa: E402
 from glaref import kernels  # noqa: E402
 from glaref._audit._device import x64_scope  # noqa: E402
+from glaref._audit._metrics import budget_ulps  # noqa: E402
 from glaref._audit._presets import SEED_CONFIGS  # noqa: E402
-from glaref._budget import problem_scales  # noqa: E402
+from glaref._audit._verdict import budget_bound  # noqa: E402
 from glaref._inputs import GRADS, OUTPUTS, Dims  # noqa: E402
-from glaref._metrics import budget_ulps  # noqa: E402
-from glaref._verdict import budget_bound  # noqa: E402
+from glaref.gla._budget import problem_scales  # noqa: E402
 from glaref.tolerances import tol  # noqa: E402
 
 from conftest import logsigmoid, rand_problem, rel_err  # noqa: E402

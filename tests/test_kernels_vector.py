@@ -1,7 +1,7 @@
 """The JAX kernels with vector gates and with packed sequences (cu_seqlens) against the float64
 oracle, in the style of tests/test_kernels.py: every expected value is the oracle's on the same
 (dtype-rounded) inputs; each output is judged elementwise by budget_ulps against the worst-case
-bound of a correct kernel (glaref._verdict.budget_bound, dlog_alpha against the identity's
+bound of a correct kernel (glaref._audit._verdict.budget_bound, dlog_alpha against the identity's
 scale) and, where the gates are well conditioned, normwise against the table's tolerance.
 
 The bound takes scalar gates of one sequence per row; ``_verdict.budget_view`` presents vector
@@ -19,10 +19,10 @@ import jax.numpy as jnp  # noqa: E402
 import glaref  # noqa: E402
 from glaref import kernels  # noqa: E402
 from glaref._audit._device import x64_scope  # noqa: E402
-from glaref._budget import problem_scales  # noqa: E402
+from glaref._audit._metrics import budget_ulps  # noqa: E402
+from glaref._audit._verdict import budget_bound, budget_view  # noqa: E402
 from glaref._inputs import GRADS, OUTPUTS  # noqa: E402
-from glaref._metrics import budget_ulps  # noqa: E402
-from glaref._verdict import budget_bound, budget_view  # noqa: E402
+from glaref.gla._budget import problem_scales  # noqa: E402
 from glaref.kernels._chunked_vector import sub_chunk  # noqa: E402
 from glaref.tolerances import tol  # noqa: E402
 

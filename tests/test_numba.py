@@ -1,7 +1,7 @@
 """The Numba oracle against the NumPy reference, and its thread-count determinism.
 
 Agreement is normwise relative, ||x - ref|| / ||ref||, per output and per gradient, within
-``tol("numba_vs_numpy")``. The reference is ``glaref._reference`` (a different code path: a
+``tol("numba_vs_numpy")``. The reference is ``glaref.gla._reference`` (a different code path: a
 step-by-step NumPy loop), never the Numba code itself.
 """
 
@@ -19,13 +19,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import glaref.strategies as gst
-from glaref import _reference
 from glaref._inputs import Dims, Problem
+from glaref.gla import _reference
 from glaref.tolerances import tol
 
 from conftest import logsigmoid, rand_problem
 
-_numba = pytest.importorskip("glaref._numba")
+_numba = pytest.importorskip("glaref.gla._numba")
 
 NAMES = ("o", "h_T", "dq", "dk", "dv", "dlog_alpha", "dh0")
 
@@ -183,7 +183,7 @@ def test_no_heads_gives_zero_gradients_for_q_and_k(B, G, per_head):
 _THREAD_SCRIPT = textwrap.dedent("""
     import sys, numpy as np
     sys.path.insert(0, {root!r})
-    from glaref import _numba
+    from glaref.gla import _numba
     import numba
     assert numba.get_num_threads() == {n}, numba.get_num_threads()
     rng = np.random.default_rng(7)

@@ -46,7 +46,7 @@ def _one_by_one(p, cu, impl, scale, dh_T=True, per_head=False):
         a = (p.q[:, :, t], p.k[:, :, t], p.v[:, :, t], p.log_alpha[:, :, t], p.h0[n:n + 1])
         o, h_T = glaref.forward(*a, scale=scale, impl=impl)
         if per_head:
-            g = glaref._oracle.backend(impl).vjp(*a, p.do[:, :, t], p.dh_T[n:n + 1] if dh_T else None,
+            g = glaref.gla._oracle.backend(impl).vjp(*a, p.do[:, :, t], p.dh_T[n:n + 1] if dh_T else None,
                                                   scale, per_head=True)
         else:
             g = glaref.vjp(*a, p.do[:, :, t], p.dh_T[n:n + 1] if dh_T else None, scale=scale, impl=impl)
@@ -94,7 +94,7 @@ def test_packed_per_head_gradients_and_numba_against_numpy(vector):
     cu = [0, 7, 7, 40, 41, 75]
     p = _packed(2, 6, 5, 3, cu, vector, seed=3, log_alpha=lambda rng, s: np.where(
         rng.random(s) < 0.3, -30.0, -0.05))
-    from glaref import _numba, _reference
+    from glaref.gla import _numba, _reference
     cu64 = np.asarray(cu)
     a = (p.q, p.k, p.v, p.log_alpha, p.h0, p.do, p.dh_T, 0.8)
     for be in (_numba, _reference):

@@ -1,4 +1,4 @@
-"""The probes (glaref._probes): each fails on the mutant built for it and passes on correct kernels.
+"""The probes (glaref._audit._probes): each fails on the mutant built for it and passes on correct kernels.
 
 The probe mutants of tests/mutants.py (PROBE_MUTANTS) all pass the verdict: a race that flips
 the last bit of a few elements, a causal mask one step wide (small next to the error budget only
@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 import glaref
-from glaref import _probes
+from glaref._audit import _probes
 from glaref._audit._engine import check_probes
-from glaref._audit._family import SCALAR_GATE
 from glaref._inputs import Dims
+from glaref.gla._family import SCALAR_GATE
 
 DIMS = Dims(1, 2, 4, 40, 16, 16)
 C = 16                         # the mutants' chunk size
@@ -100,7 +100,7 @@ def test_unknown_probe_names_are_refused():
 
 def test_the_probes_read_the_family_value():
     """What the causality probe compares and how it changes inputs come from the audit's Family
-    (its causal and anticausal outputs, its perturb), not from names in glaref._probes."""
+    (its causal and anticausal outputs, its perturb), not from names in glaref._audit._probes."""
     p = _problem(dims=Dims(1, 1, 2, 9, 3, 3))
     calls = []
 

@@ -1,4 +1,4 @@
-"""glaref._problems: the rows and problems every face generates, and the rounding of a problem
+"""glaref.gla._problems: the rows and problems every face generates, and the rounding of a problem
 to the dtype a kernel receives (correct rounding, no JAX or ml_dtypes needed), which torch and
 JAX then hold exactly, so a torch kernel and a JAX kernel see the same numbers."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from glaref import regimes
 from glaref._inputs import ARRAYS, Dims
-from glaref._problems import make_problem, plan, round_problem, round_to_dtype
+from glaref.gla._problems import make_problem, plan, round_problem, round_to_dtype
 
 try:
     import torch

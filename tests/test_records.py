@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 import glaref
-from glaref._audit import AuditUsageError, _args
+from glaref._audit import _args
 from glaref._audit._messages import describe, verdict
 from glaref._audit._records import Record
 from glaref._audit._report import jsonable, summary
-from glaref._errors import ClaimError, GlarefError, SeqlensError
+from glaref._errors import AuditUsageError, ClaimError, GlarefError, SeqlensError
 from glaref.cli import main
 
 

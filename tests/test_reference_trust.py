@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 import glaref
-from glaref import _reference
-from glaref._exact import MP_DPS
-from glaref._exact import closed_form as _mp_closed_form
-from glaref._exact import scaled_error as _mp_scaled_err
 from glaref._inputs import ARRAYS, GRADS, Problem
+from glaref.gla import _reference
+from glaref.gla._exact import MP_DPS
+from glaref.gla._exact import closed_form as _mp_closed_form
+from glaref.gla._exact import scaled_error as _mp_scaled_err
 from glaref.tolerances import U64, tol
 
 from conftest import IMPLS, abs_problem, assert_scaled, rand_problem, rel_err
@@ -167,8 +167,8 @@ def test_complex_step_sees_a_wrong_gradient():
 # --------------------------------------------------------------------------------------------
 # 2. mpmath: an independent closed form, derived by hand
 #
-# The scalar-gate closed form (derived in glaref/_exact.py's docstring) lives in the package,
-# where the golden vectors' manifest (glaref/_golden_build.py) uses it too; the vector-gate
+# The scalar-gate closed form (derived in glaref/gla/_exact.py's docstring) lives in the package,
+# where the golden vectors' manifest (glaref/gla/_golden.py) uses it too; the vector-gate
 # closed form follows.
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import glaref
-from glaref import _reference
 from glaref._inputs import ARRAYS, GRADS
+from glaref.gla import _reference
 from glaref.tolerances import U64, tol
 
 from conftest import IMPLS, abs_problem, assert_scaled, rand_problem, rel_err

@@ -94,7 +94,7 @@ def test_a_kernel_that_raises_is_a_failure_naming_the_exception():
 
 
 def test_bad_arguments_are_usage_errors_not_assertion_failures():
-    from glaref._audit import AuditUsageError
+    from glaref._errors import AuditUsageError
 
     with pytest.raises(AuditUsageError, match="regime: got 'nope'"):
         check_kernel("chunked", regimes="nope")
@@ -177,7 +177,7 @@ def test_outputs_of_a_wrong_dtype_fail_naming_the_dtype(kernel, dtype):
     (dict(modes=()), "mode: got nothing"),
 ])
 def test_zero_rows_and_truncated_lengths_are_usage_errors(kwargs, text):
-    from glaref._audit import AuditUsageError
+    from glaref._errors import AuditUsageError
 
     with pytest.raises(AuditUsageError) as info:
         check_kernel("scan", **kwargs, regimes="standard")
@@ -185,20 +185,21 @@ def test_zero_rows_and_truncated_lengths_are_usage_errors(kwargs, text):
 
 
 def test_a_kernel_calling_sys_exit_fails_instead_of_exiting(tmp_path):
-    # as a JAX kernel (the audit engine) and as a NumPy one (glaref._frameworks)
+    # as a JAX kernel (the audit engine) and as a NumPy one (glaref._audit._frameworks)
     with pytest.raises(AssertionError,
                        match=r"kernel not measured: kernel raised SystemExit \(sys.exit\(7\)\)"):
         check_kernel(ak.exiting_kernel, framework="jax", seqs=[5], modes=["fwd"], regimes="standard")
     with pytest.raises(AssertionError, match=r"kernel not measured: SystemExit: 7"):
         check_kernel(ak.exiting_kernel, framework="numpy", seqs=[5], modes=["fwd"], regimes="standard")
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(7)\n")
-    from glaref._audit import AuditUsageError
+    from glaref._errors import AuditUsageError
     with pytest.raises(AuditUsageError, match=r"failed: it called sys.exit\(7\)$"):
         check_kernel(f"{tmp_path / 'exits.py'}:fn", seqs=OLD_SEQS, regimes="standard")
 
 
 def test_rows_glaref_declines_are_an_environment_error_not_a_pass(monkeypatch):
-    from glaref._audit import AuditEnvironmentError, _device
+    from glaref._audit import _device
+    from glaref._errors import AuditEnvironmentError
 
     monkeypatch.setattr(_device, "host_available_bytes", lambda: 1)
     with pytest.raises(AuditEnvironmentError, match=r"^1 of 1 rows not checked: fwd_bwd config "
@@ -239,10 +240,10 @@ def test_a_bad_argument_or_option_reports_one_line_not_the_engines_source(pytest
 
 
 def _numpy_kernel(kind):
-    """A NumPy kernel (run through glaref._frameworks) of the given wrong kind."""
+    """A NumPy kernel (run through glaref._audit._frameworks) of the given wrong kind."""
     import numpy as np
 
-    from glaref import _reference
+    from glaref.gla import _reference
 
     def kernel(q, k, v, log_alpha, h0):
         o = _reference.forward(*(np.asarray(x, np.float64) for x in (q, k, v, log_alpha, h0)))[0]
@@ -266,7 +267,7 @@ def _numpy_kernel(kind):
     ("exit", "SystemExit: 7"),
 ])
 def test_numpy_kernels_of_a_wrong_kind_fail_the_same_way(kind, why):
-    # the torch/NumPy path (glaref._frameworks) checks outputs with the same function as the
+    # the torch/NumPy path (glaref._audit._frameworks) checks outputs with the same function as the
     # JAX path: a failed row naming the problem, never a DTypeError or an exit out of check_kernel
     with pytest.raises(AssertionError) as info:
         check_kernel(_numpy_kernel(kind), framework="numpy", seqs=[5], modes=["fwd"], chunk_size=1,

@@ -19,12 +19,13 @@ import numpy as np
 import pytest
 
 import glaref
-from glaref import ShapeError, _reference
+from glaref import ShapeError
+from glaref.gla import _reference
 from glaref.tolerances import tol
 
 from conftest import IMPLS, abs_problem, assert_scaled, logsigmoid, rand_problem, rel_err
 
-_numba = pytest.importorskip("glaref._numba")
+_numba = pytest.importorskip("glaref.gla._numba")
 
 NAMES = ("o", "h_T", "dq", "dk", "dv", "dlog_alpha", "dh0")
 
@@ -130,7 +131,7 @@ def test_empty(impl, B, T):
 _THREAD_SCRIPT = textwrap.dedent("""
     import sys, numpy as np
     sys.path.insert(0, {root!r})
-    from glaref import _numba
+    from glaref.gla import _numba
     import numba
     assert numba.get_num_threads() == {n}, numba.get_num_threads()
     rng = np.random.default_rng(7)

@@ -1,4 +1,4 @@
-"""Where the error is: profiles and diagnoses (glaref._where).
+"""Where the error is: profiles and diagnoses (glaref._audit._where).
 
 Two kinds of test. Synthetic errors of a known shape (NumPy only, fast) check each criterion of
 ``_where.pattern`` on its own, and that random noise gets no pattern. Then the mutants of
@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 
 import glaref
-from glaref import _judge, _where
-from glaref._claims import Claims
+from glaref._audit import _where
+from glaref._audit._claims import Claims
 from glaref._inputs import Dims
-from glaref._problems import make_problem
+from glaref.gla import _judge
+from glaref.gla._problems import make_problem
 
 CONFIG = (1, 2, 4, 16, 16)        # B, G, H, dk, dv: G < H so heads share groups
 ODD_CONFIG = (1, 2, 4, 15, 15)    # odd_truncation shows only at odd sizes
@@ -209,7 +210,7 @@ def test_profile_refuses_mismatched_shapes():
 def _row(kernel, regime: str, config=CONFIG, chunk_size=C):
     """(failing outputs, profiles, (sentence, pattern)) of one fwd_bwd row, judged as the audit
     judges it."""
-    from glaref._frameworks import Call, run_kernel
+    from glaref._audit._frameworks import Call, run_kernel
 
     B, G, H, dk, dv = config
     p = make_problem(regime, Dims(B, G, H, T, dk, dv), 0, "float32")

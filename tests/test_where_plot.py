@@ -1,5 +1,5 @@
 """The plot's panels of where the error is (glaref._audit._report): per failing output, its error
-against t (the profile's per-step figures, glaref._where), the allowed band and the chunk
+against t (the profile's per-step figures, glaref._audit._where), the allowed band and the chunk
 boundaries. One panel drawn from a record made by hand (what it draws is read back from the
 axes), and the whole plot of a real failing audit, whose panels are counted.
 """

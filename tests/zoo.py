@@ -40,7 +40,7 @@ them where the loss exceeds the allowed ratio:
                               u |b| grows with the chunk's total decay (tests/mutants.py's ``base``)
 
 They are written here or taken from glaref.kernels and tests/mutants.py, never from the
-reference kernels the verdict compares with (glaref/_baseline.py), so no zoo member is its own
+reference kernels the verdict compares with (glaref/gla/_baseline.py), so no zoo member is its own
 baseline.
 
 Vector gates (log_alpha (B, H, T, dk), ``vector_zoo()``): the members that take them.
@@ -388,14 +388,15 @@ def seed_cases() -> list[tuple[str, tuple[int, int, int, int, int], int]]:
 
 def judge_field(truth, dtype: str, judge: dict, members: dict | None = None) -> list[dict]:
     """Every field-zoo member (``members``, default ``field_zoo()``) run on the problem of
-    ``truth`` (a ``glaref._judge.Truth``) in ``dtype`` and judged by the audit's rule
+    ``truth`` (a ``glaref.gla._judge.Truth``) in ``dtype`` and judged by the audit's rule
     (``judge``: ``_judge.assess_outputs``'s final, grads, compute_dtype, accumulate_dtype): with
     the CLI's defaults (the chunk size given only where the member declares it) and, where it
     declares its chunk, again with its whole design declared (decay_form chunk_cumsum and its
     dlog_alpha form). One row per output: {"kernel", "declared", "output", "outcome", "ok",
     "ratio" (x_best), "envelope_ratio", "reason"}. A FAIL with the defaults, or anything but ok
     declared, is a false alarm (docs/budgets.md, section 9)."""
-    from glaref import _judge, _sensitivity
+    from glaref._audit import _sensitivity
+    from glaref.gla import _judge
 
     rows = []
     for name, (fn, C, form) in (field_zoo() if members is None else members).items():
@@ -424,7 +425,7 @@ def cumsum_decays(q, k, v, log_alpha, h0):
 
 
 def dlog_alpha_form(name: str, gate: str) -> str:
-    """How zoo member ``name`` computes dlog_alpha (glaref._verdict.DLOG_ALPHA_FORMS): glaref's
+    """How zoo member ``name`` computes dlog_alpha (glaref._audit._verdict.DLOG_ALPHA_FORMS): glaref's
     chunked kernel by the identity with scalar gates and by the per-chunk vjp (direct form) with
     vector gates; chunked_identity by the identity; cumsum_decays too in effect (autodiff through
     exp(b_i - b_j) of cumulative sums b pairs every in-chunk term with its negative, as the

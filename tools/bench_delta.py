@@ -4,7 +4,7 @@
 
 Each case runs in its own subprocess (its peak resident memory is its own), after a warm-up call
 that loads the compiled code from the on-disk cache; the untimed first repeat warms the caches.
-Reported: fwd + vjp time of ``glaref.delta._numba`` and ``glaref._numba`` at g2h8_d128
+Reported: fwd + vjp time of ``glaref.delta._numba`` and ``glaref.gla._numba`` at g2h8_d128
 (G = 2, H = 8, dk = dv = 128) for T = 2048 and 8192, and the targets:
 
   1 delta fwd + vjp at T = 8192 within 3x the scalar-gate oracle's (same run, same inputs)
@@ -61,8 +61,8 @@ def _inputs(B, G, H, T, dk, dv):
 def worker(family: str, B: int, T: int, repeats: int) -> dict:
     import numba
 
-    from glaref import _numba as scalar
     from glaref.delta import _numba as delta
+    from glaref.gla import _numba as scalar
 
     tiny = _inputs(1, 1, 1, 3, 2, 2)
     delta.forward(*tiny[:6], 1.0)

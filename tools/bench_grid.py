@@ -90,7 +90,9 @@ def main(argv=None) -> int:
     if ns.from_json:
         ours = json.loads(Path(ns.from_json).read_text())["results"]
     else:
-        from glaref._audit import SEED_CONFIGS, _report, audit
+        from glaref._audit import _report
+        from glaref._audit._engine import audit
+        from glaref._audit._presets import SEED_CONFIGS
 
         table = _report.Table(("chunked", "scan"), SEED_CONFIGS, sys.stdout)
         table.print_header()

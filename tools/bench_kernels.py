@@ -40,9 +40,9 @@ import time
 import numpy as np
 
 from glaref._audit import _timing
+from glaref._audit._metrics import rel_err
 from glaref._audit._presets import SEED_CONFIGS
 from glaref._inputs import GRADS
-from glaref._metrics import rel_err
 
 TARGETS = {
     "accuracy_max_rel_err": 1e-5,          # every output and gradient, both kernels, float32

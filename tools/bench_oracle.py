@@ -144,7 +144,7 @@ def worker_case(B, G, H, T, dk, dv, repeats: int) -> dict:
     """One oracle case in this (fresh) process: times, GFLOP/s, baseline, memory."""
     import numba
 
-    from glaref import _numba
+    from glaref.gla import _numba
 
     tiny = _inputs(1, 1, 1, 3, 2, 2)
     _numba.forward(*tiny[:5], 1.0)
@@ -185,8 +185,8 @@ def worker_grid(repeats: int) -> dict:
     """The seed grid, fwd+vjp, in one process: one warm pass, then timed passes (best)."""
     import numba
 
-    from glaref import _numba
     from glaref._audit._presets import SEED_CONFIGS, SEED_SEQS
+    from glaref.gla import _numba
 
     data = {(name, T): _inputs(B, G, H, T, dk, dv)
             for name, (B, G, H, dk, dv) in SEED_CONFIGS.items() for T in SEED_SEQS}
@@ -258,7 +258,7 @@ def worker_jax_scan(B, G, H, T, dk, dv, repeats: int) -> dict:
 def worker_first_call() -> dict:
     """Import + first forward/vjp call on a small case, then the same call again."""
     t0 = time.perf_counter()
-    from glaref import _numba
+    from glaref.gla import _numba
     t_import = time.perf_counter() - t0
     x = _inputs(1, 1, 2, 40, 8, 8)
     t0 = time.perf_counter()
@@ -277,7 +277,7 @@ def worker_threads_digest() -> dict:
     """Thread count in use and a digest of every output and gradient of a mid-size case."""
     import numba
 
-    from glaref import _numba
+    from glaref.gla import _numba
 
     h = hashlib.sha256()
     for B, G, H, T, dk, dv in [(4, 2, 8, 512, 128, 128), (1, 1, 3, 333, 48, 40)]:

@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     from numba import get_num_threads
 
-    from glaref import _numba
+    from glaref.gla import _numba
 
     B, G, H, dk, dv = (int(x) for x in a.config.split(","))
     T = a.T

@@ -37,7 +37,7 @@ import tempfile
 import time
 
 import glaref
-from glaref import _where
+from glaref._audit import _where
 
 SMALL = "1,2,4,16,16"           # the small row's config: B, G, H, dk, dv
 

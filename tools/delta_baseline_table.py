@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from glaref._audit._metrics import rel_err  # noqa: E402
 from glaref._inputs import Dims  # noqa: E402
-from glaref._metrics import rel_err  # noqa: E402
 from glaref.delta import _baseline, regimes  # noqa: E402
 from glaref.delta._oracle import OUTPUTS, DeltaProblem, backend  # noqa: E402
 

@@ -189,7 +189,7 @@ def judge_torch(fn, dims: tuple, T: int, regime: str, *, claims: dict, dtype: st
     less_accurate, FAIL), per output its outcome, ratio to the allowed and reason."""
     import torch
 
-    from glaref._claims import Claims
+    from glaref._audit._claims import Claims
     from glaref._inputs import Dims, from_canonical, to_canonical
     from glaref.delta._family import KINDS, Truth, assess_outputs, fields, make_problem
 

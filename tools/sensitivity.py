@@ -5,7 +5,7 @@
     python tools/sensitivity.py --quick          # small sizes, a minute or two
     python tools/sensitivity.py --quick --gate vector   # vector gates (GLA), mixed_dims added
 
-Part 1 (sensitivity, glaref._sensitivity): for each correct subject kernel, input dtype, regime,
+Part 1 (sensitivity, glaref._audit._sensitivity): for each correct subject kernel, input dtype, regime,
 config and T, and each output (o, h_T and the five gradients), the smallest injected error the
 verdict flags (systematic x (1 + eps) and random x + eps |x| N(0, 1)) as a ratio to that output's
 natural error. Subjects: glaref.kernels.chunked and .scan as a user's callables (structure
@@ -22,7 +22,7 @@ problems: its worst reference ratio against the allowed one (glaref.tolerances "
 the field's designs (``field_zoo``, scalar gates) apart: their outcomes and worst ratio to the
 envelope, a FAIL being a false alarm.
 
-Everything is judged by glaref._judge (the audit's own rule); batch is cut to 1 on the seed
+Everything is judged by glaref.gla._judge (the audit's own rule); batch is cut to 1 on the seed
 configs and heads to at most 8 (g1h24_dk128_dv64 runs 8 heads; normwise errors are over
 B*H*T*d elements, and B and H only repeat the statistics: every head has its own gates and
 inputs from the same distribution) so that the sweep fits an afternoon on 2 cores. Exit 0 when
@@ -140,8 +140,9 @@ def run(targets, configs, dtypes, regimes_, seeds, zoo_seeds, progress, gate="sc
     rows as they are measured (``--jsonl``: a long run keeps what it measured). ``field_only``:
     the zoo part judges the field's designs alone (``zoo.judge_field``), not the zoo of the most
     accurate designs nor the weaker kernels."""
-    from glaref import _judge, _sensitivity
+    from glaref._audit import _sensitivity
     from glaref._inputs import OUTPUTS
+    from glaref.gla import _judge
 
     import zoo
 

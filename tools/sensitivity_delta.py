@@ -8,7 +8,7 @@ For each subject (glaref.delta.kernels' chunked as a user's callable, its struct
 CLI's defaults; chunked and scan by name, their design declared), input dtype, regime, config
 and T, each output (o, h_T and the six gradients, dbeta included) is measured by the audit's own
 runner (``glaref._audit._runners.JaxRunner``) and judged by the family's verdict
-(``glaref.delta._family.assess_output``); ``glaref._sensitivity.threshold`` finds the smallest
+(``glaref.delta._family.assess_output``); ``glaref._audit._sensitivity.threshold`` finds the smallest
 systematic x (1 + eps) and random x + eps |x| N(0, 1) error whose outcome is not ok. Target:
 eps / natural <= 30 for every output (tests/zoo.py's SENSITIVITY_TARGET). Batch is cut to 1 and
 heads to at most 8 on the seed configs (tools/sensitivity.py says why). Exit 0 when the target
@@ -27,8 +27,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from glaref import _claims, _sensitivity  # noqa: E402
-from glaref._audit import _device  # noqa: E402
+from glaref._audit import (  # noqa: E402
+    _claims,
+    _device,  # noqa: E402
+    _sensitivity,
+)
 from glaref._audit._presets import SEED_CONFIGS  # noqa: E402
 from glaref._audit._runners import JaxRunner  # noqa: E402
 from glaref._audit._subjects import Subject, resolve  # noqa: E402

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT))
 
 import glaref  # noqa: E402
-from glaref import _where  # noqa: E402
+from glaref._audit import _where  # noqa: E402
 
 CONFIG = "1,2,4,16,16"
 ODD = "1,2,4,15,15"

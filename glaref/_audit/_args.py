@@ -1,6 +1,6 @@
 """The audit's own arguments checked once, at the face (usage errors naming the argument).
 
-A kernel's claims (layout, dtypes, chunk size, forms, gate kind) are ``glaref._claims.Claims``'s;
+A kernel's claims (layout, dtypes, chunk size, forms, gate kind) are ``glaref._audit._claims.Claims``'s;
 here are the rest: which rows (configs, sequence lengths, modes, regimes, packed sequences, seed),
 how they are measured (preset, repeats, precision, oracle) and what :func:`header` writes of them.
 """
@@ -13,21 +13,22 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .. import _problems
 from .. import regimes as _regimes
 from .._errors import AuditUsageError, GlarefError
 from .._inputs import Dims, check_cu_seqlens, check_scale, whole_number
-from ._family import SCALAR_GATE, Family
+from ..gla import _problems
+from ..gla._family import SCALAR_GATE
+from ._family import Family
 from ._presets import BUILTIN_IMPLS, MODES, Preset, check_config, config_name, parse_config, regime_names
 
 __all__ = ["FAMILIES", "Rows", "check_preset", "check_user_claims", "choices", "default_oracle",
            "family", "integer",
            "rows", "split"]
 
-# the family of each recurrence a kernel may claim (``glaref._claims.RECURRENCES``), a
+# the family of each recurrence a kernel may claim (``glaref._audit._claims.RECURRENCES``), a
 # ``Family`` value in its own folder ("module:attribute"), loaded when named: a family's module
 # plugs into the engine, which never imports it
-FAMILIES: dict[str, str] = {"scalar_gate": "glaref._audit._family:SCALAR_GATE",
+FAMILIES: dict[str, str] = {"scalar_gate": "glaref.gla._family:SCALAR_GATE",
                             "delta": "glaref.delta._family:DELTA"}
 
 RANDOM_PACKING = "random:"
@@ -39,7 +40,7 @@ def default_oracle() -> str:
     try:
         import numba  # noqa: F401  (the lazy numba boundary)
 
-        from .. import _numba  # noqa: F401
+        from ..gla import _numba  # noqa: F401
     except ImportError:
         return "numpy"
     return "numba"
@@ -96,7 +97,7 @@ def check_user_claims(impls: list, claims) -> None:
 
 
 def family(recurrence: str) -> Family:
-    """The family of ``recurrence``, a name the claims checked (``glaref._claims.Claims``)."""
+    """The family of ``recurrence``, a name the claims checked (``glaref._audit._claims.Claims``)."""
     module, _, attribute = FAMILIES[recurrence].partition(":")
     return getattr(importlib.import_module(module), attribute)
 
@@ -244,7 +245,7 @@ class Rows:
         return replace(self, modes=["fwd"])
 
     def plan(self) -> list[tuple[str, str, Dims]]:
-        """(regime, config name, sizes) of every problem (``glaref._problems.plan``); packed
+        """(regime, config name, sizes) of every problem (``glaref.gla._problems.plan``); packed
         sequences are the batch, so B = 1."""
         out = _problems.plan(self.regimes, self.configs, self.seqs, self.family.regimes)
         if self.packing is not None:

@@ -1,13 +1,13 @@
 """The audit engine: plan rows -> problem -> truth -> one runner per framework -> verdict -> record.
 
 For every regime, config, sequence length (and the sizes the regime derives from them: the plan
-of ``glaref._problems``) the float64 inputs are generated once, rounded once to the audited dtype
+of ``glaref.gla._problems``) the float64 inputs are generated once, rounded once to the audited dtype
 (so the oracle sees exactly what the kernel sees and only the kernel's arithmetic is measured),
-and the oracle runs once (``glaref._judge.Truth``: forward, vjp, the error scales and the
+and the oracle runs once (``glaref.gla._judge.Truth``: forward, vjp, the error scales and the
 reference kernels, each timed on its own and never counted as the kernel's), all of them the
 recurrence family's (``_family.Family``: ``Rows.family``). Then for every mode
 and kernel a runner (``glaref._audit._runners``: JAX, or torch and NumPy) runs the kernel, the
-verdict (``glaref._judge.assess_outputs`` -> ``glaref._verdict.assess``) judges what it gave,
+verdict (``glaref.gla._judge.assess_outputs`` -> ``glaref._audit._verdict.assess``) judges what it gave,
 and one record (``glaref._audit._records``) goes to the caller, the JSON file (rewritten
 atomically after every row) and the caller's callback.
 
@@ -19,7 +19,7 @@ memory available (``JaxRunner``'s guard, ``oracle_bytes``).
 
 :func:`audit` is the face for JAX kernels (the CLI's and ``glaref.audit``); :func:`audit_kernel`
 the face for torch and NumPy kernels (``glaref.testing.check_kernel``). Both parse the kernel's
-claims once (``glaref._claims.Claims``) and the rows once (``_args.rows``), then run
+claims once (``glaref._audit._claims.Claims``) and the rows once (``_args.rows``), then run
 :func:`run_rows`.
 """
 
@@ -29,12 +29,12 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from .. import _probes, _verdict
-from .._claims import Claims
 from .._errors import AuditUsageError, NonFiniteError
 from .._inputs import Dims
-from . import _args, _device, _records, _report
-from ._family import SCALAR_GATE, Family
+from ..gla._family import SCALAR_GATE
+from . import _args, _device, _probes, _records, _report, _verdict
+from ._claims import Claims
+from ._family import Family
 from ._runners import FrameworkRunner, JaxRunner
 from ._subjects import Subject, framework_subject, resolve
 
@@ -93,7 +93,7 @@ class _Audit:
     rows: _args.Rows
     claims: Claims
     host: int | None
-    probes: tuple[str, ...] = ()     # glaref._probes.PROBES to run on every fwd_bwd row
+    probes: tuple[str, ...] = ()     # glaref._audit._probes.PROBES to run on every fwd_bwd row
     # the probes' runner of each JAX kernel (by id of its Subject), kept for the whole audit so
     # that its compiled programs serve every row
     probe_runners: dict = field(default_factory=dict, compare=False)
@@ -146,7 +146,7 @@ def _problem_rows(a: _Audit, sink: _Sink, regime: str, cname: str, dims: Dims) -
 
 def _probe(a: _Audit, subject: Subject, where: _records.Where, m, problem,
            truths: dict) -> list:
-    """The probes ``a.probes`` on one row's kernel and problem (glaref._probes), run through a
+    """The probes ``a.probes`` on one row's kernel and problem (glaref._audit._probes), run through a
     runner of the kernel's framework (for JAX, one per kernel for the whole audit, given the
     row's compiled program for the row's shape: ``problem``) and judged with its claims, the
     oracle's side of each probe problem kept in ``truths`` for the problem's other kernels."""
@@ -173,7 +173,7 @@ def _probe(a: _Audit, subject: Subject, where: _records.Where, m, problem,
 
 # ---------------------------------------------------------------- the faces
 
-# audit's keywords beyond its named parameters: the kernels' claims (glaref._claims.Claims), and
+# audit's keywords beyond its named parameters: the kernels' claims (glaref._audit._claims.Claims), and
 # how the rows are run, with their defaults
 CLAIMS = ("dtype", "layout", "chunk_size", "accumulate_dtype", "dlog_alpha_form", "decay_form",
           "gate", "strict", "recurrence")
@@ -193,7 +193,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     (``RUN_DEFAULTS``: precision, backend, repeats, scale, oracle_impl, cu_seqlens, memory_guard,
     shard, probes); any other keyword is a TypeError naming it.
 
-    recurrence (a claim): the recurrence the kernels compute (``glaref._claims.RECURRENCES``,
+    recurrence (a claim): the recurrence the kernels compute (``glaref._audit._claims.RECURRENCES``,
         its family ``_args.FAMILIES``): "scalar_gate" (the default), gated
         linear attention; "delta", the gated delta rule of ``glaref.delta``, whose kernels are
         ``(q, k, v, beta, log_alpha, h0) -> o | (o, h_T)`` (beta (B, H, T)), its built-in
@@ -207,16 +207,16 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     dtype: the kernel's input dtype; precision: jax matmul precision; backend: "cpu", "gpu" or
     None (jax's default). regimes: names from ``glaref.regimes.REGIMES``. json_path: the report,
     rewritten after every row. Records carry the seed report's fields plus the additions listed
-    in ``glaref._audit.RECORD_ADDITIONS``.
+    in ``glaref._audit._report.RECORD_ADDITIONS``.
 
-    Verdict per output (``glaref._verdict.assess``, two tiers): no non-finite value; a normwise
+    Verdict per output (``glaref._audit._verdict.assess``, two tiers): no non-finite value; a normwise
     error within ``calibrated_ratio`` times that of glaref's same-precision reference kernels on
     the same inputs (calibrated); budget_ulps within the bound of any correct kernel (proven),
     all measured against the oracle on the dtype-rounded inputs, in the compute dtype ("tf32"
     for float32 matmuls at default precision on an NVIDIA GPU). What the verdict assumes of a
-    user kernel (its claims, ``glaref._claims.Claims``): ``chunk_size`` (its chunk length, 1 for
+    user kernel (its claims, ``glaref._audit._claims.Claims``): ``chunk_size`` (its chunk length, 1 for
     a step-by-step scan: the reference kernels and the bound follow it; None: unknown, see
-    ``glaref._verdict.baseline_error``) and ``accumulate_dtype`` (the dtype a 16-bit kernel
+    ``glaref._audit._verdict.baseline_error``) and ``accumulate_dtype`` (the dtype a 16-bit kernel
     accumulates and carries its states in; None: float32, what production kernels do; pass the
     input dtype itself, e.g. "bfloat16", for a kernel that rounds everything to it, whose bound
     is then usually infinite, so only non-finite values fail). Built-in kernels carry their own
@@ -238,10 +238,10 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     array): a user kernel must take that keyword (else a usage error). Records carry ``gate`` and
     ``cu_seqlens`` (the offsets of the row, or null).
 
-    Every measured record also says where the error is (``glaref._where``): ``where``, the
+    Every measured record also says where the error is (``glaref._audit._where``): ``where``, the
     error profile of each output, and ``diagnosis``, a sentence naming the pattern of a failing
     row (null when it passes). probes: None (none run), True or "all" (every one), or names
-    from ``glaref._probes.PROBES`` (a list or "determinism,causality"): run on every fwd_bwd
+    from ``glaref._audit._probes.PROBES`` (a list or "determinism,causality"): run on every fwd_bwd
     row, their results under the record's ``probes`` (null when none ran); a failing probe
     fails the row.
 
@@ -337,9 +337,9 @@ def audit_kernel(kernel: Callable, rows: _args.Rows, claims: Claims, *, framewor
     """Accuracy rows of one torch or NumPy kernel (``framework``), one record per row.
 
     The rows (``_args.rows``), problems, oracle, verdict and record format are :func:`audit`'s;
-    the kernel is run by ``glaref._frameworks.run_kernel`` (gradients through torch.autograd)
+    the kernel is run by ``glaref._audit._frameworks.run_kernel`` (gradients through torch.autograd)
     instead of being compiled by JAX, so the timing and XLA memory fields are null. ``claims``:
-    the kernel's, as ``glaref._claims.Claims`` gave them (compute_dtype None: the inputs' dtype;
+    the kernel's, as ``glaref._audit._claims.Claims`` gave them (compute_dtype None: the inputs' dtype;
     "tf32" for float32 inputs multiplied as TF32). Packed sequences (``rows``' cu_seqlens) reach
     the kernel as the keyword ``cu_seqlens=``, which it must take. device: where a torch kernel's
     inputs go ("cpu" by default, "cuda"). detected: the framework was guessed from the kernel's

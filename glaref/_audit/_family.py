@@ -17,27 +17,25 @@ family. ``FAMILIES`` (``_args``) lists them for ``--recurrence`` and ``recurrenc
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from .. import _judge, _probes, _problems, _where, regimes
-from .._claims import Claims
-from .._inputs import _KIND, ARRAYS, FORWARD, GRADS, Dims, Problem
-from .._oracle import backend
-from ._presets import ALL_REGIMES, PRESETS, Preset
+from .._inputs import Dims
+from ..gla import _judge
+from ._claims import Claims
+from ._presets import Preset
 
-__all__ = ["SCALAR_GATE", "Family", "Judge"]
+__all__ = ["Family", "Judge"]
 
 
 @dataclass(frozen=True)
 class Judge:
-    """How a family's outputs are judged, as ``glaref._judge`` does it for the scalar gate:
+    """How a family's outputs are judged, as ``glaref.gla._judge`` does it for the scalar gate:
     assess_outputs(truth, values, dtypes, final=, grads=, claims=) -> {output: Assessment};
     locate_nonfinite(per, values, layout); mismatches(truth, per, values, final=, grads=,
-    claims=, layout=) -> {output: Mismatch}; row_profiles (``glaref._where.row_profiles``, or
+    claims=, layout=) -> {output: Mismatch}; row_profiles (``glaref._audit._where.row_profiles``, or
     None: no error profile, the records' ``where`` empty); direct_log_alpha: the records carry
     dlog_alpha's budget_ulps on the direct form's scale beside the identity's."""
 
@@ -59,7 +57,7 @@ class Family:
     regimes: {name: regime} drawing inputs (each with ``cases(dims)``), all_regimes those
     "all" expands to. make_problem(regime, dims, seed, dtype, gate=, cu_seqlens=): one problem,
     rounded to dtype, reading its arrays as attributes (``p.q``, ``p.beta``) and replacing them
-    with ``p.with_fields(**changes)`` (how ``glaref._frameworks`` and the probes handle every
+    with ``p.with_fields(**changes)`` (how ``glaref._audit._frameworks`` and the probes handle every
     family's problems); fields(problem): its arrays by name (every name of ``arrays``, None where
     absent). truth(problem, scale, oracle_impl): the oracle's side of a problem (the interface of
     ``_judge.Truth``: forward, grads, scales, references, reference, budget_view, ms, and ``p``,
@@ -71,16 +69,16 @@ class Family:
     Preset}. oracle_bytes(dims, modes): about the most host memory the oracle side of one
     problem holds at once (the engine's memory guard declines a row beyond what is available).
     Every family is audited alike: kernels in JAX, torch and NumPy
-    (``glaref._frameworks``, given the family's names and kinds), packed sequences (its
-    make_problem's ``cu_seqlens``) and the probes (``glaref._probes``).
+    (``glaref._audit._frameworks``, given the family's names and kinds), packed sequences (its
+    make_problem's ``cu_seqlens``) and the probes (``glaref._audit._probes``).
     header: keys the report's config and every record carry for this family (none for the
     scalar gate, whose reports predate the option).
 
-    For the probes (``glaref._probes``, which read the names and kinds above too): causal, the
+    For the probes (``glaref._audit._probes``, which read the names and kinds above too): causal, the
     outputs and gradients (a gradient as ``d<input>``) whose step t depends on steps s <= t only;
     anticausal, those whose step t depends on steps s >= t only (none declared: the causality
     probe does not apply); perturb(name, values, rng): new values of the same magnitudes for
-    the probes that change inputs (None: ``glaref._probes.perturb``, a random factor and shift)."""
+    the probes that change inputs (None: ``glaref._audit._probes.perturb``, a random factor and shift)."""
 
     name: str
     inputs: tuple[str, ...]
@@ -103,78 +101,3 @@ class Family:
     causal: tuple[str, ...] = ()
     anticausal: tuple[str, ...] = ()
     perturb: Callable[[str, np.ndarray, np.random.Generator], np.ndarray] | None = None
-
-
-def _warm_scalar_gate(impl: str, gate: str = "scalar", packed: bool = False) -> None:
-    """Compile the Numba oracle (if cached, load it) outside every timing, for the gate kind
-    and packing the audit runs."""
-    be = backend(impl)
-    rng = np.random.default_rng(0)
-    q = rng.standard_normal((1, 1, 3, 2))
-    v = rng.standard_normal((1, 1, 3, 2))
-    la = -np.ones((1, 1, 3) if gate == "scalar" else (1, 1, 3, 2))
-    h0 = np.zeros((1, 1, 2, 2))
-    be.forward(q, q, v, la, h0, 1.0)
-    be.vjp(q, q, v, la, h0, v, h0, 1.0)
-    if packed:
-        cu = np.array([0, 1, 3])
-        h0 = np.zeros((2, 1, 2, 2))
-        be.forward(q, q, v, la, h0, 1.0, cu_seqlens=cu)
-        be.vjp(q, q, v, la, h0, v, h0, 1.0, cu_seqlens=cu)
-
-
-def _perturb_scalar_gate(name: str, part: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The probes' perturbation, log_alpha kept negative (scaled by a random factor only)."""
-    if name == "log_alpha":
-        return part * rng.uniform(0.5, 1.5, part.shape)
-    return _probes.perturb(name, part, rng)
-
-
-def _scalar_oracle_bytes(dims: Dims, modes: Iterable[str]) -> int:
-    """About the most host memory the engine's float64 arrays of one problem take at once.
-
-    Counted in float64 elements, with qk = B G T dk (q, k, dq, dk), v = B H T dv (v, do, o, dv),
-    hk = B H T dk (per-head dq, dk), g = B H T (log_alpha and its gradient), s = B H dk dv
-    (h0, dh_T, h_T, dh0): the inputs and cotangents twice (generated, then rounded to the audited
-    dtype; the copy handed to the kernel is the second on a CPU), the forward, its error scales
-    and the two same-precision reference kernels' outputs (``glaref._baseline``), and for fwd_bwd
-    the gradients, their scales (from per-head gradients), |inputs| and the references' gradients.
-    Within 10 % of the peak measured on the seed's largest config (4, 2, 8, 128, 128) at T = 8192.
-    """
-    B, G, H, T, dk, dv = dims.B, dims.G, dims.H, dims.T, dims.dk, dims.dv
-    qk, v, hk, g, s = B * G * T * dk, B * H * T * dv, B * H * T * dk, B * H * T, B * H * dk * dv
-    inputs = 2 * qk + 2 * v + g + 2 * s
-    grads = 2 * qk + v + g + s
-    n = 2 * inputs + 2 * (v + s)                               # inputs twice, forward, its scales
-    n += 2 * (v + s)                                           # the references' forward
-    if "fwd_bwd" in modes:
-        n += grads                                             # gradients
-        n += (2 * qk + 2 * v + 2 * s)                          # |inputs| for the scales
-        n += (2 * qk + v + 2 * g + s) + 2 * hk                 # gradient scales, per-head dq, dk
-        n += 2 * (v + s + grads)                               # the references' fwd_bwd
-    return 8 * n
-
-
-def _scalar_fields(p: Problem) -> dict:
-    return {n: getattr(p, n) for n in ARRAYS}
-
-
-def _scalar_builtin_claims(module, name: str, claims: Claims) -> Claims:
-    """glaref.kernels' ``name``: its chunk size (the ``chunk_size`` default; 1 for the scan),
-    float32 accumulation, segment-sum decays and its dlog_alpha form for the gate kind."""
-    chunk = inspect.signature(getattr(module, name)).parameters.get("chunk_size")
-    return claims.design(chunk_size=chunk.default if chunk is not None else 1,
-                         accumulate_dtype="float32", decay_form="segment_sums",
-                         dlog_alpha_form=module.dlog_alpha_form(name, claims.gate))
-
-
-SCALAR_GATE = Family(
-    name="scalar_gate", inputs=GRADS, outputs=FORWARD, grads=GRADS, arrays=ARRAYS, kinds=_KIND,
-    regimes=regimes.REGIMES, make_problem=_problems.make_problem, truth=_judge.Truth,
-    warm=_warm_scalar_gate, fields=_scalar_fields,
-    judge=Judge(_judge.assess_outputs, _judge.locate_nonfinite, _judge.mismatches,
-                _where.row_profiles, direct_log_alpha=True),
-    kernels="glaref.kernels", builtin_claims=_scalar_builtin_claims, presets=PRESETS,
-    all_regimes=ALL_REGIMES, oracle_bytes=_scalar_oracle_bytes, causal=("o", "dq"),
-    anticausal=("dk", "dv"),
-    perturb=_perturb_scalar_gate)

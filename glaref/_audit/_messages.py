@@ -7,7 +7,7 @@ summary and notes (:func:`place`), ``glaref.testing``'s AssertionErrors (:func:`
 (:func:`less_accurate_lines`). Each reads the record's fields (outcomes,
 ratios, tiers, mismatches, profiles, probes), never another message. The sentences an output's
 verdict carries (``Output.reason``, ``Record.notes``) are the verdict's own
-(``glaref._verdict.assess``), quoted as they are.
+(``glaref._audit._verdict.assess``), quoted as they are.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._inputs import _KIND
-from .._judge import Mismatch
-from .._where import AXES
+from ._verdict import Mismatch
+from ._where import AXES
 
 if TYPE_CHECKING:      # the records import this module to word their verdict
     from ._records import Output, Record
@@ -36,7 +36,7 @@ def label(rec: Record, name: str) -> str:
 
 
 def mismatch_line(mm: Mismatch) -> str:
-    """An output's mismatched elements in words (``glaref._judge.Mismatch.line``)."""
+    """An output's mismatched elements in words (``glaref._audit._verdict.Mismatch.line``)."""
     return mm.line()
 
 
@@ -92,7 +92,7 @@ def _output_lines(rec: Record, name: str, o: Output) -> list[str]:
 
 
 def where_lines(rec: Record) -> list[str]:
-    """Where a failing row's errors are, from its outputs' profiles (``glaref._where``) and its
+    """Where a failing row's errors are, from its outputs' profiles (``glaref._audit._where``) and its
     diagnosis (numpy.testing's "Mismatched elements: n / N ... first at index" in spirit): per
     failing output with a profile, the steps above the allowed band, the first and the worst,
     and the worst element's index in the row's layout; then the diagnosis."""
@@ -146,7 +146,7 @@ def describe(rec: Record) -> str:
 
 def extra_lines(rec: Record) -> list[str]:
     """The lines under a row of the CLI's table: its failing outputs' mismatched elements, its
-    diagnosis (glaref._where) and its probes' results, indented."""
+    diagnosis (glaref._audit._where) and its probes' results, indented."""
     lines = [f"  {n}: {mismatch_line(o.mismatch)}" for n, o in rec.outputs.items()
              if o.mismatch is not None]
     lines += [f"  where: {rec.diagnosis}"] if rec.diagnosis else []

@@ -3,7 +3,7 @@
 
 :func:`record` turns what a runner measured (``_runners.Measured``) into the row's record: the
 seed report's keys (``head``, the runner's ``figures``), the verdict's figures per output
-(:class:`Output`, from ``glaref._judge.assess_outputs``) and the row's parameters (``params``,
+(:class:`Output`, from ``glaref.gla._judge.assess_outputs``) and the row's parameters (``params``,
 ``RECORD_ADDITIONS`` of ``_report``). A row without figures is either a failure (the kernel
 raised, with its ``traceback``, or returned the wrong structure: ``ok`` false, the reason under
 ``error`` and in ``failures``) or a row glaref declined (its memory guard: ``ok`` null, the reason
@@ -20,17 +20,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .. import _judge, _metrics, _where
-from .._claims import Claims
 from .._inputs import Dims
-from .._judge import Mismatch
-from .._probes import ProbeResult
-from .._verdict import Assessment
+from ..gla import _judge
 from ..tolerances import tol
-from . import _messages
+from . import _messages, _metrics, _where
 from ._args import Rows
+from ._claims import Claims
+from ._probes import ProbeResult
 from ._runners import Measured
 from ._subjects import Subject
+from ._verdict import Assessment, Mismatch
 
 __all__ = ["Output", "Record", "Where", "add_probes", "as_record", "declined", "header",
            "record"]
@@ -47,7 +46,7 @@ class Where:
 
 @dataclass
 class Output:
-    """One output's (or gradient's) figures and verdict in a record (``glaref._verdict.Assessment``
+    """One output's (or gradient's) figures and verdict in a record (``glaref._audit._verdict.Assessment``
     as the report keeps it): the normwise ``rel_err`` and ``max_abs_err`` against the oracle; the
     calibrated tier (``reference_rel_err`` of the reference kernels, ``reference_ratio``: x_best,
     ``envelope_ratio`` over the field's correct designs); the proven tier (``budget_ulps`` within
@@ -55,7 +54,7 @@ class Output:
     ``nonfinite`` values and the first one's index; ``failed_tier`` (None: passed) and
     ``outcome`` ("ok", "less_accurate", "fail"); the verdict's sentence ``reason``; and for a
     failing output its ``mismatch`` (elements beyond the bound) and for every output its error
-    profile ``where`` (``glaref._where``)."""
+    profile ``where`` (``glaref._audit._where``)."""
 
     rel_err: float | None
     max_abs_err: float | None
@@ -352,7 +351,7 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
     # numpy.testing's "mismatched elements: n / N" per failing output, indices in the caller's layout
     mismatched = judge.mismatches(truth, per, m.values, final=final, grads=grads,
                                   claims=subject.claims, layout=layout)
-    # where the error is (glaref._where): every output's profile, the failing ones' in full
+    # where the error is (glaref._audit._where): every output's profile, the failing ones' in full
     profiles = {} if judge.row_profiles is None else judge.row_profiles(
         truth, m.values, m.dtypes, final=final, grads=grads, claims=subject.claims)
     failing = [n for n, a in per.items() if not a.ok]
@@ -371,7 +370,7 @@ def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
 
 
 def add_probes(rec: Record, results: list[ProbeResult]) -> Record:
-    """The probes' results (``glaref._probes.ProbeResult``) into a measured row's record; a failing
+    """The probes' results (``glaref._audit._probes.ProbeResult``) into a measured row's record; a failing
     one fails the row."""
     rec.probes = list(results)
     return rec

@@ -353,7 +353,7 @@ MAX_WHERE_PANELS = 8     # panels of error against t, one per failing output (th
 
 
 def _where_panel(ax, r: dict[str, Any], name: str) -> None:
-    """One failing output's error against t (``glaref._where``: per step, in budget units), the
+    """One failing output's error against t (``glaref._audit._where``: per step, in budget units), the
     allowed band (the reference kernels' error times the allowed ratio, per step) and the chunk
     boundaries (grey verticals: the declared or inferred chunk size)."""
     p = r["where"][name]

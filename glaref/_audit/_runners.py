@@ -3,7 +3,7 @@
 The engine (``glaref._audit._engine``) judges and records; a runner only runs and converts.
 :class:`JaxRunner` compiles the kernel (jit; gradients through ``jax.vjp``, so a ``custom_vjp``
 is what runs), measures XLA memory, residuals and time, and applies the memory guard.
-:class:`FrameworkRunner` runs torch and NumPy kernels through ``glaref._frameworks.run_kernel``
+:class:`FrameworkRunner` runs torch and NumPy kernels through ``glaref._audit._frameworks.run_kernel``
 (accuracy only: the timing and memory fields are null). Both return a :class:`Measured`: the
 kernel's outputs and gradients as canonical float64 arrays with the dtypes they were returned in,
 or why nothing can be judged (``failure``: the kernel raised, with its traceback, or returned
@@ -19,11 +19,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import _judge
-from .._frameworks import Call, kernel_traceback, run_kernel
 from .._inputs import GRADS, from_canonical, kernel_returns, output_problem, to_canonical
+from ..gla import _judge
+from ..gla._family import SCALAR_GATE
 from . import _device, _timing
-from ._family import SCALAR_GATE, Family
+from ._family import Family
+from ._frameworks import Call, kernel_traceback, run_kernel
 from ._subjects import Subject
 
 __all__ = ["FrameworkRunner", "JaxRunner", "Measured", "fwd_bwd_program"]
@@ -179,7 +180,7 @@ class JaxRunner:
                 m.declined = True
                 return m
             first, timing = _timing.time_calls(compiled, args, self.repeats)
-            if mode == "fwd_bwd":           # the probes (glaref._probes) run it again
+            if mode == "fwd_bwd":           # the probes (glaref._audit._probes) run it again
                 m.program = (compiled, tuple(np.dtype(x.dtype) for x in args))
             del compiled
             m.fields.update(timing)
@@ -218,7 +219,7 @@ class JaxRunner:
 # ---------------------------------------------------------------- torch and NumPy
 
 class FrameworkRunner:
-    """torch and NumPy kernels through ``glaref._frameworks.run_kernel``, accuracy only.
+    """torch and NumPy kernels through ``glaref._audit._frameworks.run_kernel``, accuracy only.
     ``detected``: the framework was guessed from the kernel's code, so a kernel returning
     another framework's arrays fails saying which ``framework=`` to pass."""
 

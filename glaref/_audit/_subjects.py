@@ -10,12 +10,12 @@ itself (a user kernel with a fixed 1/sqrt(dk), say, is audited with ``--scale``)
 kernels take ``scale``. Built-in kernels are audited with ``return_final_state=True``, so h_T and
 the effect of its cotangent are checked too.
 
-What the verdict knows of a kernel's structure (glaref._verdict): the built-in ``chunked`` is
+What the verdict knows of a kernel's structure (glaref._audit._verdict): the built-in ``chunked`` is
 judged with its chunk length (the ``chunk_size`` default, 64) and ``scan`` with 1; both promise
 float32 accumulation for narrower inputs (glaref.kernels docstring), so they are judged with
 ``accumulate_dtype="float32"``. A user kernel is judged with the ``chunk_size`` and
 ``accumulate_dtype`` the caller gives (``--chunk-size``, ``--accumulate-dtype``), by default None:
-unknown chunking, and float32 accumulation for narrower inputs (``glaref._judge.DEFAULT_ACCUMULATE``).
+unknown chunking, and float32 accumulation for narrower inputs (``glaref.gla._judge.DEFAULT_ACCUMULATE``).
 How a kernel computes dlog_alpha (``--dlog-alpha-form``): the built-in chunked kernel uses the
 reverse-cumsum identity with scalar gates and the direct form with vector gates, the scan the
 direct form (``glaref.kernels.dlog_alpha_form``); a user kernel's is unknown unless given, and is
@@ -39,10 +39,11 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from .._claims import Claims
 from .._errors import AuditEnvironmentError, AuditUsageError
-from .._frameworks import accepts
-from ._family import SCALAR_GATE, Family
+from ..gla._family import SCALAR_GATE
+from ._claims import Claims
+from ._family import Family
+from ._frameworks import accepts
 from ._presets import BUILTIN_IMPLS
 
 
@@ -50,7 +51,7 @@ from ._presets import BUILTIN_IMPLS
 class Subject:
     name: str            # the "impl" of the records
     fn: Callable         # (q, k, v, log_alpha, h0) -> o | (o, h_T), arrays in the audit's layout
-    claims: Claims       # what the verdict knows of it (glaref._claims): the caller's, or a
+    claims: Claims       # what the verdict knows of it (glaref._audit._claims): the caller's, or a
     #                      built-in kernel's own chunk size, accumulate dtype and forms
 
 
@@ -166,7 +167,7 @@ def resolve(impl, *, claims: Claims, compute_dtype: str, precision: str, scale: 
 
 
 def framework_subject(kernel: Callable, claims: Claims, *, packed: bool) -> Subject:
-    """A torch or NumPy kernel as a Subject (``glaref._frameworks.run_kernel`` passes it the
+    """A torch or NumPy kernel as a Subject (``glaref._audit._frameworks.run_kernel`` passes it the
     scale), judged with ``claims`` resolved at their compute dtype (None: the inputs' dtype)."""
     subject = Subject(kernel_name(kernel), kernel, claims.resolved(claims.compute_dtype or
                                                                    claims.dtype))

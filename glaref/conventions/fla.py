@@ -41,10 +41,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .. import _budget, _oracle, regimes
+from .. import regimes
+from .._audit._frameworks import _numpy_dtype, dtype_name, to_host_float64
 from .._errors import ShapeError
-from .._frameworks import _numpy_dtype, dtype_name, to_host_float64
 from .._inputs import Dims, canonicalize, from_canonical, to_canonical
+from ..gla import _budget, _oracle
 from . import GLAREF_NAMES, LOG_ALPHA_BT_SUM
 
 __all__ = ["gla_case", "gla_inputs", "gla_outputs", "simple_gla_case", "simple_gla_from_glaref",

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from .._audit._frameworks import dtype_name, to_host_float64
 from .._errors import ShapeError
-from .._frameworks import dtype_name, to_host_float64
 from ..delta import _oracle as gd
 from ..delta._oracle import canonicalize
 from .fla import _qkv, _result, _state_in, _state_out

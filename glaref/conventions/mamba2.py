@@ -45,10 +45,11 @@ from typing import Any, Mapping, NamedTuple
 import numpy as np
 from scipy.special import expit
 
-from .. import _budget, _oracle, regimes
+from .. import regimes
+from .._audit._frameworks import dtype_name, to_host_float64
 from .._errors import ShapeError
-from .._frameworks import dtype_name, to_host_float64
 from .._inputs import Dims, canonicalize, from_canonical
+from ..gla import _budget, _oracle
 from . import GLAREF_NAMES
 from .fla import _as_framework
 

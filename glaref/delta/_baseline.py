@@ -34,7 +34,7 @@ of such a forward gives. Its errors grow with the chunk's total decay, never wit
 Arithmetic. ``arith`` is the dtype every operation is carried out in: float32 for float32,
 tf32, bfloat16 and float16 kernels that accumulate in float32; float64 for float64 kernels (and
 the trust tests). ``operand`` ("tf32", "bfloat16", "float16" or None) rounds every
-matrix-product operand first, as ``glaref._baseline`` does. Every exp is computed in float64 and
+matrix-product operand first, as ``glaref.gla._baseline`` does. Every exp is computed in float64 and
 rounded (the same on every machine). The caller rounds inputs to the kernel's dtype before and
 each returned output to the kernel's output dtype after.
 
@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._baseline import ROUNDINGS, per_sequence
+from ..gla._baseline import ROUNDINGS, per_sequence
 from ._oracle import DeltaProblem
 
 __all__ = ["ARITHS", "CHUNK", "DECAY_FORMS", "KERNELS", "ORDERS", "run"]
@@ -57,9 +57,9 @@ CHUNK = 64            # the chunked reference's chunk, what production kernels u
 DECAY_FORMS = ("segment_sums", "chunk_cumsum")
 ARITHS = ("float32", "float64")
 # the order every sum runs in: one term after another (the only one here; the keyword is
-# glaref._baseline.run's, so that one Design drives either family)
+# glaref.gla._baseline.run's, so that one Design drives either family)
 ORDERS = ("sequential",)
-# every mode number of glaref._baseline_scan.rnd
+# every mode number of glaref.gla._baseline_scan.rnd
 _MODE = {None: 0, "tf32": 1, "bfloat16": 2, "float16": 3}
 
 
@@ -94,7 +94,7 @@ def run(kernel: str, dp: DeltaProblem, scale: float, *, arith: str = "float32",
     ``chunk`` steps and decays of form ``decay``, ``DECAY_FORMS``) in ``arith`` (``ARITHS``)
     with matrix-product operands rounded to ``operand``, on canonical problem ``dp``.
     ``storage`` (16-bit accumulation) must be None and ``order`` None or "sequential": the
-    keywords of ``glaref._baseline.run``, so that a ``glaref._designs.Design`` drives both
+    keywords of ``glaref.gla._baseline.run``, so that a ``glaref._audit._designs.Design`` drives both
     families; every sum here runs one term after another.
 
     Returns float64 arrays under the family's output names: o, h_T and, with ``grads`` (``do``

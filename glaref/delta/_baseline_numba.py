@@ -9,7 +9,7 @@ for p ascending, a dot product from its first term to its last), each product ro
 is added: fastmath off lets LLVM neither contract a multiply-add nor reassociate, so that the
 bytes, and so the reference errors, are the same on every machine, whatever BLAS it has (none is
 called) and whatever number of threads. ``mode`` rounds every matrix-product operand first
-(``glaref._baseline_scan.rnd``: 0 none, 1 tf32, 2 bfloat16, 3 float16; float32 arrays only).
+(``glaref.gla._baseline_scan.rnd``: 0 none, 1 tf32, 2 bfloat16, 3 float16; float32 arrays only).
 
 Determinism: workers (``glaref._numba_cache.run_workers``) take independent (batch, head) pairs,
 each with the same code whatever the number of threads; dq and dk come back per head, and the
@@ -23,8 +23,8 @@ import math
 import numpy as np
 from numba import get_num_threads
 
-from .._baseline_scan import rnd
 from .._numba_cache import jit, note_compile, run_workers
+from ..gla._baseline_scan import rnd
 
 _jit = jit(fastmath=False, nogil=True)
 

@@ -1,6 +1,6 @@
 """Which of the gated delta rule's reference kernels a kernel's claims call for: the delta
-family's yardstick table, in the shape of ``glaref._designs`` (whose ``Design`` and
-``Yardstick`` it uses).
+family's yardstick table, in the shape of the scalar gate's ``glaref.gla._designs`` (both fill
+``Design`` and ``Yardstick`` of ``glaref._audit._designs``).
 
 The reference kernels are ``glaref.delta._baseline.run``'s: the step-by-step scan (every sum one
 term after another, the loosest order a compiler uses) and the chunked WY / UT form at C steps
@@ -9,13 +9,13 @@ or, as flash-linear-attention forms them, as differences of a chunk-local float3
 sum (``chunk_cumsum``). :func:`yardstick` reads the claimed chunk size and decay form and
 returns which to run, the one the kernel is held to, the extremes that widen that baseline when
 the kernel's structure is unknown, and the field's correct but less accurate designs whose
-errors bound the envelope (``glaref._verdict``: ok within the baseline's rule, less accurate
+errors bound the envelope (``glaref._audit._verdict``: ok within the baseline's rule, less accurate
 within the envelope's, FAIL beyond it).
 """
 
 from __future__ import annotations
 
-from .._designs import Design, Yardstick
+from .._audit._designs import Design, Yardstick
 from ._baseline import CHUNK
 
 __all__ = ["DESIGNS", "chunk_cumsum", "chunked", "yardstick"]
@@ -43,7 +43,7 @@ DESIGNS: dict[str, Design] = {
 
 def yardstick(chunk_size: int | None, decay_form: str | None = None) -> Yardstick:
     """The delta family's reference kernels for a kernel of ``chunk_size`` (1: step by step;
-    None: unknown) whose decays are of ``decay_form`` (``glaref._claims.DECAY_FORMS``; None:
+    None: unknown) whose decays are of ``decay_form`` (``glaref._audit._claims.DECAY_FORMS``; None:
     unknown).
 
     A step-by-step kernel is held to the scan. A chunked one (C) to the segment-sum WY / UT form

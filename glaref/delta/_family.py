@@ -8,7 +8,7 @@ same-precision reference kernels of ``glaref.delta._baseline`` that
 ``glaref.delta._designs.yardstick(chunk_size, decay_form)`` calls for), the built-in JAX kernels
 (``glaref.delta.kernels``: scan, chunked) and the presets.
 
-The verdict (:func:`assess_outputs`) is the calibrated tier of ``glaref._verdict`` on this
+The verdict (:func:`assess_outputs`) is the calibrated tier of ``glaref._audit._verdict`` on this
 family's outputs (o, h_T and the gradients q, k, v, beta, log_alpha, h0): non-finite values fail;
 an output whose normwise error exceeds ``calibrated_ratio`` times that of the most accurate
 reference kernels its claims call for (floored at one rounding of every element:
@@ -28,17 +28,16 @@ from typing import Any
 
 import numpy as np
 
-from .. import _baseline as _rounding
-from .. import _metrics, _probes, _verdict
-from .._audit import _presets
+from .._audit import _metrics, _presets, _probes, _verdict
+from .._audit._claims import Claims
 from .._audit._family import Family, Judge
 from .._audit._presets import Preset
-from .._claims import Claims
+from .._audit._verdict import Mismatch
 from .._errors import NonFiniteError
 from .._inputs import Dims, from_canonical
-from .._judge import Mismatch
-from .._oracle import _quiet, nonfinite_report
-from .._problems import round_problem, round_to_dtype
+from ..gla import _baseline as _rounding
+from ..gla._oracle import _quiet, nonfinite_report
+from ..gla._problems import round_problem, round_to_dtype
 from ..tolerances import UNIT_ROUNDOFF, tol
 from . import _baseline, _designs, regimes
 from ._oracle import FORWARD, GRADS, OUTPUTS, DeltaProblem, backend, problem_scales
@@ -84,7 +83,7 @@ def fields(dp: DeltaProblem) -> dict[str, Any]:
 
 
 class Truth:
-    """The oracle's side of one problem (``glaref._judge.Truth``'s interface): forward, vjp,
+    """The oracle's side of one problem (``glaref.gla._judge.Truth``'s interface): forward, vjp,
     error scales and reference kernels, each computed on first use, cached and timed apart
     (``ms``). ``p``: the problem's scalar-family part (dims, offsets, states)."""
 
@@ -200,7 +199,7 @@ def _baseline_error(errors: dict[str, float], stick) -> float:
 def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, final: bool,
                   grads: bool, claims: Claims) -> _verdict.Assessment:
     """The Assessment of output ``name`` (canonical value ``x``, returned in ``dtype``): the
-    calibrated tier's three outcomes as ``glaref._verdict.assess`` words them (ok within R
+    calibrated tier's three outcomes as ``glaref._audit._verdict.assess`` words them (ok within R
     times the baseline of the most accurate designs, less accurate within R times the envelope
     of the field's correct designs, FAIL beyond), with the delta family's yardstick; the proven
     tier silent (bound infinite)."""
@@ -279,7 +278,7 @@ def locate_nonfinite(per: dict[str, _verdict.Assessment], canonical: dict[str, n
 def mismatches(truth: Truth, per: dict[str, _verdict.Assessment],
                canonical: dict[str, np.ndarray], *, final: bool, grads: bool, claims: Claims,
                layout: str) -> dict[str, Mismatch]:
-    """``glaref._judge.Mismatch`` of every output with non-finite elements, the only ones beyond
+    """``glaref._audit._verdict.Mismatch`` of every output with non-finite elements, the only ones beyond
     this family's proven bound (infinite), with the worst element error (budget units) and its
     index; an output failing the calibrated tier alone has none (its message gives the ratio)."""
     scales = truth.scales(final, grads)
@@ -342,7 +341,7 @@ def oracle_bytes(dims: Dims, modes) -> int:
 
 
 def perturb(name: str, part: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The probes' perturbation (``glaref._probes.perturb``: a random factor and shift) kept in
+    """The probes' perturbation (``glaref._audit._probes.perturb``: a random factor and shift) kept in
     each input's range: beta drawn again within the part's own range (its regime's: (0, 1),
     (1.5, 2), ...; scaled down by a factor in [0.5, 1) where the part holds one value), log_alpha
     scaled by a factor in [0.5, 1.5) (its sign kept: <= 0 decays), each key row rescaled to its

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__, golden
-from .._golden_build import fingerprint, folder_default, manifest_text, npz_bytes
 from .._inputs import Dims
+from ..gla._golden import fingerprint, folder_default, manifest_text, npz_bytes
 from ..tolerances import UNIT_ROUNDOFF, tol
 from . import _oracle as gd
 from . import regimes

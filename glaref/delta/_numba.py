@@ -18,7 +18,7 @@ of step t runs in the same loop as pass 1 of step t + 1 (the buffer then holds S
 
 The backward's sums run both ways: over i (du = G^T k, in order of i: an axpy over m on a
 row-major matrix) and over m (dq = scale S do, gu = G u, S~ w, <S~[i], D[i]>: each the eight
-partial sums of ``glaref._numba._dot``, one per m mod 8, combined in its fixed tree). A sum over
+partial sums of ``glaref.gla._numba._dot``, one per m mod 8, combined in its fixed tree). A sum over
 m of a row-major matrix would be a scalar loop per row, four per row and step; so the backward
 keeps the states and the adjoint transposed as well, (dv, dk), where the eight partial sums of
 all rows i are vectors over i (``lanes[x, m % 8, i]``, term m added in order of m) and every
@@ -50,7 +50,7 @@ Determinism: kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs 
 that take independent items, (sequence, group) pairs, with the time loop serial inside and a
 group's heads in order: head 0 writes dq and dk, the others add, left to right. When there are
 fewer (sequence, group) items than threads, the items are (sequence, head) pairs with per-head
-dq, dk summed afterwards in the same head order (``glaref._numba._group_sum``): both give
+dq, dk summed afterwards in the same head order (``glaref.gla._numba._group_sum``): both give
 the same bits, for any number of threads.
 """
 
@@ -59,7 +59,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from .._numba import _dot, _group_sum, _spans
+from ..gla._numba import _dot, _group_sum, _spans
 
 _JIT = dict(fastmath=False, cache=True)
 BLOCK = 32            # steps between stored states, at least
@@ -207,7 +207,7 @@ def _zero_lanes(lanes, x):  # pragma: no cover - compiled
 
 @njit(**_JIT)
 def _lane_sum(lanes, x, i):  # pragma: no cover - compiled
-    """The total of partial sums lanes[x, :, i] in ``glaref._numba._dot``'s tree (lanes[x, l]
+    """The total of partial sums lanes[x, :, i] in ``glaref.gla._numba._dot``'s tree (lanes[x, l]
     holds the terms m = l mod 8 of the full groups of eight, lanes[x, 8] the rest), so that a
     sum over m added into lanes term by term in order of m has the bits of ``_dot``."""
     return ((((lanes[x, 0, i] + lanes[x, 1, i]) + (lanes[x, 2, i] + lanes[x, 3, i]))

@@ -17,7 +17,7 @@ import numpy as np
 from .. import _inputs
 from .._errors import ArgumentError, NonFiniteWarning, ShapeError
 from .._inputs import Problem
-from .._oracle import _quiet, nonfinite_report
+from ..gla._oracle import _quiet, nonfinite_report
 
 IMPLS = ("numba", "numpy")
 GRADS = ("q", "k", "v", "beta", "log_alpha", "h0")   # the arrays a delta kernel is given
@@ -55,7 +55,7 @@ class DeltaProblem(NamedTuple):
 
     Every field of ``p`` (q, k, v, log_alpha, h0, do, dh_T, dims, cu_seqlens, n_states) reads
     through as an attribute, so code that reads a problem's arrays by name (the probes,
-    ``glaref._frameworks``) reads beta and the rest alike; :meth:`with_fields` is its
+    ``glaref._audit._frameworks``) reads beta and the rest alike; :meth:`with_fields` is its
     ``_replace``."""
 
     p: Problem

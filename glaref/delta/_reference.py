@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._reference import _decay, _group_sum, _per_head, _spans, checkpoints, packed_vjp
+from ..gla._reference import _decay, _group_sum, _per_head, _spans, checkpoints, packed_vjp
 
 
 def _step(S, alpha_t, beta_t, k_t, v_t):

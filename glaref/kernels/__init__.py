@@ -53,7 +53,7 @@ __all__ = ["chunked", "dlog_alpha_form", "scan"]
 
 def dlog_alpha_form(name: str, gate: str = "scalar") -> str:
     """How built-in kernel ``name`` ("chunked" or "scan") computes dlog_alpha with ``gate``
-    ("scalar" or "vector") gates: "identity" or "direct" (glaref._verdict.DLOG_ALPHA_FORMS)."""
+    ("scalar" or "vector") gates: "identity" or "direct" (glaref._audit._verdict.DLOG_ALPHA_FORMS)."""
     if name not in __all__ or name == "dlog_alpha_form":
         raise ValueError(f"name: got {name!r}, expected 'chunked' or 'scan'")
     if gate not in ("scalar", "vector"):

@@ -1,19 +1,20 @@
-"""Which reference kernels a kernel's claims call for: the one table of the calibrated verdict.
+"""Which reference kernels a scalar-gate kernel's claims call for: the family's table of the
+calibrated verdict, filled with the ``Design`` and ``Yardstick`` of ``glaref._audit._designs``.
 
-Two things are never confused here: *the oracle* is the float64 truth (``glaref._oracle``); the
+Two things are never confused here: *the oracle* is the float64 truth (``glaref.gla._oracle``); the
 *reference kernels* are correct designs of the recurrence run in the kernel's own arithmetic on
-exactly its inputs (``glaref._baseline.run``), whose errors against the oracle say what a correct
+exactly its inputs (``glaref.gla._baseline.run``), whose errors against the oracle say what a correct
 kernel errs. :func:`yardstick` reads what is claimed (the chunk size, the decay form and the
 dlog_alpha form) and returns which reference kernels to run (``Yardstick.designs``, read by
-``glaref._judge.Truth.references`` to run them), which of their outputs judges each of the
+``glaref.gla._judge.Truth.references`` to run them), which of their outputs judges each of the
 kernel's (``Yardstick.key``), and how their errors combine into the baseline
-(``Yardstick.held_to`` and ``Yardstick.extremes``, read by ``glaref._verdict.baseline_error`` and
+(``Yardstick.held_to`` and ``Yardstick.extremes``, read by ``glaref._audit._verdict.baseline_error`` and
 ``looseness_notes``) and into the envelope of the field's correct designs (``Yardstick.field``,
-read by ``glaref._verdict.assess``: ok within the baseline's rule, less accurate within the
+read by ``glaref._audit._verdict.assess``: ok within the baseline's rule, less accurate within the
 envelope's, FAIL beyond it; docs/budgets.md, section 9).
 
 Adding a reference design:
-  1. teach ``glaref._baseline.run`` the design (a kernel name, or a ``decay`` / ``order``);
+  1. teach ``glaref.gla._baseline.run`` the design (a kernel name, or a ``decay`` / ``order``);
   2. add a role to ``DESIGNS`` below (role name -> ``Design(kernel, chunk, label, ...)``), or
      build the Design in :func:`yardstick` when its chunk comes from the claims;
   3. in :func:`yardstick`, put the role in the designs of the claims that call for it, and say
@@ -25,35 +26,12 @@ Nothing else names the roles: the engine, the records and the messages follow th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from .._audit._designs import Design, Yardstick
 from ._baseline import CHUNK, CHUNK_WIDE
 
-__all__ = ["DESIGNS", "SCAN_SEQUENTIAL", "Design", "Yardstick", "chunk_cumsum", "identity",
-           "yardstick"]
-
-
-@dataclass(frozen=True)
-class Design:
-    """One reference kernel: ``kernel`` (``glaref._baseline.run``'s name) at ``chunk`` steps per
-    chunk (None: not chunked), and how messages name it; ``decay`` and ``order``:
-    ``glaref._baseline.run``'s keywords of the same names (``DECAY_FORMS``, ``ORDERS``).
-    ``family``: for the field's correct but less accurate designs (docs/budgets.md, section 9),
-    the design family a less accurate kernel's error is explained by; None for the most
-    accurate ones. ``declares``: the declaration that holds a kernel to this design alone
-    (None: none narrower exists). ``dlog_alpha``: "identity" for a design of dlog_alpha alone,
-    the chunked kernel's dlog_alpha by the chunk-local reverse-cumsum identity (``identity``);
-    None for a design of every output, whose dlog_alpha is read in the form the kernel is held
-    to (``Yardstick.key``)."""
-
-    kernel: str
-    chunk: int | None
-    label: str
-    decay: str = "segment_sums"
-    order: str | None = None          # None: the kernel's own (``_baseline.DEFAULT_ORDER``)
-    family: str | None = None
-    declares: str | None = None
-    dlog_alpha: str | None = None
+__all__ = ["DESIGNS", "SCAN_SEQUENTIAL", "chunk_cumsum", "identity", "yardstick"]
 
 
 def chunk_cumsum(C: int) -> Design:
@@ -94,52 +72,18 @@ DESIGNS: dict[str, Design] = {
 }
 
 
-@dataclass(frozen=True)
-class Yardstick:
-    """The reference kernels one claim calls for ({role: Design}), the role the kernel is held
-    to, the roles that widen that baseline when the kernel's structure is unknown (each a
-    correct design the kernel might be), and the field's correct but less accurate designs
-    (``field``) whose errors bound the envelope: beyond the baseline but within the envelope a
-    kernel is *less accurate*, beyond the envelope it FAILs (``glaref._verdict.assess``).
-    ``dlog_alpha_form``: the form of dlog_alpha the designs of every output are read in
-    ("direct" or "identity", ``key``)."""
-
-    designs: dict[str, Design]
-    held_to: str
-    extremes: tuple[str, ...] = ()
-    field: tuple[str, ...] = ()
-    dlog_alpha_form: str = "direct"
-
-    def key(self, role: str, output: str) -> str | None:
-        """The output of reference kernel ``role`` (``glaref._baseline.run``'s keys) that a
-        kernel's ``output`` is compared with; None when the role does not judge that output (a
-        design of dlog_alpha alone). dlog_alpha: "log_alpha" is each reference kernel's own
-        form (the identity for the chunked ones, the direct form for the scan),
-        "log_alpha_direct" the direct form."""
-        form = self.designs[role].dlog_alpha
-        if form is not None and output != "log_alpha":
-            return None
-        if output != "log_alpha":
-            return output
-        return "log_alpha" if (form or self.dlog_alpha_form) == "identity" else "log_alpha_direct"
-
-    def roles(self, output: str) -> list[str]:
-        """The roles that judge ``output`` (``key``)."""
-        return [r for r in self.designs if self.key(r, output) is not None]
-
-
 def yardstick(chunk_size: int | None, decay_form: str | None = None,
               dlog_alpha_form: str | None = None) -> Yardstick:
     """The reference kernels for a kernel of ``chunk_size`` (1: step by step; None: unknown)
-    whose decays are of ``decay_form`` (``glaref._claims.DECAY_FORMS``; None: unknown) and whose
-    dlog_alpha is of ``dlog_alpha_form`` (``glaref._verdict.DLOG_ALPHA_FORMS``; None: unknown).
+    whose decays are of ``decay_form`` (``glaref._audit._claims.DECAY_FORMS``; None: unknown) and whose
+    dlog_alpha is of ``dlog_alpha_form`` (``glaref._audit._verdict.DLOG_ALPHA_FORMS``; None: unknown).
 
     A step-by-step kernel is held to the scan, its envelope the scan summing term by term; a
     chunked one (C) to the segment-sum chunked reference at C, its envelope the chunk-local
     cumsum design at C, or to that design alone when it declares chunk_cumsum decays (and the
     segment-sum one alone when it declares segment sums); one of unknown structure to the
     64-step chunked reference, widened towards a scan and towards 256-step chunks
-    (``glaref._verdict.baseline_error``), its envelope the chunk-local cumsum design at 64 steps
+    (``glaref._audit._verdict.baseline_error``), its envelope the chunk-local cumsum design at 64 steps
     (flash-linear-attention's default chunk) and the term-by-term scan.
 
     dlog_alpha: a kernel declaring the identity is held to the references' own form (the

@@ -1,7 +1,7 @@
 """Where the error is: an error profile per output, and the pattern it shows.
 
 For one output of a kernel (canonical "bhtd" float64 ``x``), the oracle's value ``ref`` and the
-oracle's per-element scale ``scale`` (``glaref._budget``: the sum of the absolute values of the
+oracle's per-element scale ``scale`` (``glaref.gla._budget``: the sum of the absolute values of the
 terms each element adds up), the error of every element is measured in its own budget unit,
 ``w = u * scale + floor`` (``_metrics.budget_ulps``: u the unit roundoff of the compute dtype,
 floor the underflow allowance). The profile aggregates it along one axis at a time, as a ratio of
@@ -34,11 +34,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _baseline, _judge
+from .._inputs import Dims
+from ..gla import _baseline, _judge
+from ..tolerances import UNIT_ROUNDOFF, lookup, tol
 from ._claims import Claims
-from ._inputs import Dims
 from ._metrics import underflow_floor
-from .tolerances import UNIT_ROUNDOFF, lookup, tol
 
 # ---------------------------------------------------------------- the patterns
 

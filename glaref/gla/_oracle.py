@@ -16,9 +16,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _inputs
-from ._errors import ArgumentError, NonFiniteWarning
-from ._inputs import ARRAYS, Problem
+from .. import _inputs
+from .._errors import ArgumentError, NonFiniteWarning
+from .._inputs import ARRAYS, Problem
 
 IMPLS = ("numba", "numpy")
 

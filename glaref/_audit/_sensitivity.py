@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import _judge
-from ._inputs import GRADS, OUTPUTS
+from .._inputs import GRADS, OUTPUTS
+from ..gla import _judge
 from ._verdict import Assessment
 
 KINDS = ("systematic", "random")
@@ -88,7 +88,7 @@ def _jitted(fn, cu_seqlens: tuple[int, ...] | None = None):
     reused across problems (JAX caches per shape)."""
     import jax
 
-    from ._audit._runners import fwd_bwd_program
+    from ._runners import fwd_bwd_program
 
     key = (id(fn), cu_seqlens)
     if key not in _JITTED:

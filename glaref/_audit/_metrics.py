@@ -11,7 +11,7 @@ same (already rounded) inputs, both canonical float64 arrays:
                                                      allowance ``underflow_floor``)
     nonfinite    count of NaN/inf in x, and the index of the first one
 
-The verdict on these figures is ``glaref._verdict.assess``: non-finite values always fail; the
+The verdict on these figures is ``glaref._audit._verdict.assess``: non-finite values always fail; the
 normwise error against that of the same-precision reference kernels (calibrated tier) and
 budget_ulps against the bound of any correct kernel (proven tier) decide; max_abs_err is
 reported, not judged.
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ._inputs import Dims
-from .tolerances import SMALLEST_NORMAL, UNIT_ROUNDOFF, lookup
+from .._inputs import Dims
+from ..tolerances import SMALLEST_NORMAL, UNIT_ROUNDOFF, lookup
 
 
 def rel_err(x, ref) -> float:

@@ -5,7 +5,7 @@ Two tiers, decided per output (o, h_T and the gradients of q, k, v, log_alpha, h
 
 * Calibrated (the default decision). The kernel's normwise error ||x - ref||_2 is compared with
   the error that correct kernels make on exactly the same inputs in the same arithmetic: glaref's
-  same-precision reference kernels (``glaref._baseline``: a step-by-step scan and a chunked
+  same-precision reference kernels (``glaref.gla._baseline``: a step-by-step scan and a chunked
   kernel, evaluated in the kernel's compute precision, their outputs rounded to the dtypes the
   kernel returned). The output fails when its error exceeds ``calibrated_ratio`` times the
   baseline (``baseline_error``), the baseline never below one rounding of every element
@@ -71,14 +71,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from .._inputs import OUTPUTS, Dims, Problem
+from ..gla._designs import yardstick
+from ..tolerances import UNIT_ROUNDOFF, lookup, tol
 from . import _metrics
-from ._designs import yardstick
-from ._inputs import OUTPUTS, Dims, Problem
-from .tolerances import UNIT_ROUNDOFF, lookup, tol
 
 if TYPE_CHECKING:                        # _claims reads this module's vocabulary
     from ._claims import Claims
@@ -91,7 +91,7 @@ if TYPE_CHECKING:                        # _claims reads this module's vocabular
 #   "direct"    the genuine terms of alpha_t <S_{t-1}, G_t> only (a scan, autodiff of segment
 #               sums, glaref's vector-gate chunked kernel): held to references of that form.
 # Unknown, dlog_alpha is held to the direct form, the most accurate correct design, and the
-# identity widens only its envelope (``glaref._designs.yardstick``): less accurate, never FAIL.
+# identity widens only its envelope (``glaref.gla._designs.yardstick``): less accurate, never FAIL.
 DLOG_ALPHA_FORMS = ("identity", "direct")
 
 
@@ -261,7 +261,7 @@ def budget_bound(output: str, compute_dtype: str, dims: Dims, chunk_size: int | 
 
 def reference_arithmetic(compute_dtype: str, accumulate_dtype: str | None,
                          operand_dtype: str | None = None) -> dict:
-    """How the same-precision reference kernels (``glaref._baseline.run``) compute for a kernel
+    """How the same-precision reference kernels (``glaref.gla._baseline.run``) compute for a kernel
     of ``compute_dtype`` that accumulates in ``accumulate_dtype`` (None: in the compute dtype):
     ``arith`` (the dtype of every operation), ``operand`` (the format matmul operands are
     rounded to) and ``storage`` (the format sums and states are rounded to).
@@ -273,7 +273,7 @@ def reference_arithmetic(compute_dtype: str, accumulate_dtype: str | None,
     dtypes the kernel returned), unless ``operand_dtype`` says the kernel also rounds its matmul
     operands (flash-linear-attention's Triton kernels feed 16-bit operands to tl.dot): then the
     references round theirs to it too. 16-bit inputs accumulating in their own format: operands
-    and sums rounded to it. The dtypes are the claims' (``glaref._claims.Claims``), checked
+    and sums rounded to it. The dtypes are the claims' (``glaref._audit._claims.Claims``), checked
     there."""
     if operand_dtype in ("float32", "float64"):
         operand_dtype = None
@@ -292,7 +292,7 @@ def reference_arithmetic(compute_dtype: str, accumulate_dtype: str | None,
 def baseline_error(errors: dict[str, float], chunk_size: int | None,
                    decay_form: str | None = None) -> float:
     """The baseline of one output, from the normwise errors of the reference kernels
-    (``_judge.Truth.references``) by role, which ``glaref._designs.yardstick(chunk_size)`` names.
+    (``_judge.Truth.references``) by role, which ``glaref.gla._designs.yardstick(chunk_size)`` names.
 
     A kernel is held to its yardstick's ``held_to`` reference: the scan for a step-by-step kernel
     (chunk_size 1), the chunked reference run at C for a chunked one. A kernel of unknown
@@ -397,6 +397,39 @@ class Assessment:
         return "ok" if self.failed_tier is None else "fail"
 
 
+@dataclass(frozen=True)
+class Mismatch:
+    """numpy.testing's "Mismatched elements: n / N" for one failing output: the elements beyond
+    the verdict's element-wise allowance, the proven bound (``budget_ulps`` is the largest element
+    error in budget units; more than ``bound`` fails the proven tier), non-finite ones included.
+    The calibrated tier judges the whole output's norm and has no element-wise allowance: an
+    output failing only it can have count 0. ``worst``: the largest element error (budget
+    units), at ``worst_index`` in the caller's layout."""
+
+    count: int
+    size: int
+    bound: float
+    worst: float
+    worst_index: tuple[int, ...] | None
+    layout: str
+
+    def line(self) -> str:
+        """The message's line (without the output's name)."""
+        def g(x) -> str:        # None: a non-finite figure read back from JSON
+            return "inf" if x is None else f"{x:.4g}"
+
+        share = 100.0 * self.count / self.size if self.size else 0.0
+        at = "" if self.worst_index is None else \
+            f"; worst {g(self.worst)} at {self.worst_index} ({self.layout})"
+        return (f"mismatched elements: {self.count} / {self.size} ({share:.3g}%) beyond the "
+                f"proven bound of {g(self.bound)} budget units{at}")
+
+    def summary(self) -> dict[str, Any]:
+        """As the records keep it (JSON-able)."""
+        return {"count": self.count, "size": self.size, "bound": self.bound, "worst": self.worst,
+                "worst_index": None if self.worst_index is None else list(self.worst_index)}
+
+
 def _norm(x: np.ndarray) -> float:
     return float(np.linalg.norm(x.ravel()))
 
@@ -407,20 +440,20 @@ def assess(output: str, x, ref, *, scale, claims: Claims, view: BudgetView,
     """Figures and the two-tier verdict of one output (module docstring), with the calibrated
     tier's three outcomes (``Assessment.outcome``): within R times the baseline of the most
     accurate designs, ok; beyond it but within R times the envelope of the field's correct
-    designs (``glaref._designs.Yardstick.field``: chunk-local cumsum decays, term-by-term
+    designs (``glaref._audit._designs.Yardstick.field``: chunk-local cumsum decays, term-by-term
     sums, dlog_alpha by the chunk-local identity), less accurate, a pass unless ``strict``;
     beyond that, FAIL.
 
     x: the kernel's value (any real float dtype, canonical layout); ref: the oracle's float64
     value on the same rounded inputs; scale: its error scale (``_budget``; the identity's for
     log_alpha). claims: what is known of the kernel, as the proven bound reads it
-    (``glaref._judge.assess_output`` gives them): ``compute_dtype`` the unit of budget_ulps and
+    (``glaref.gla._judge.assess_output`` gives them): ``compute_dtype`` the unit of budget_ulps and
     of the bound (set), ``accumulate_dtype``, ``chunk_size``, ``decay_form``,
-    ``dlog_alpha_form`` (``budget_bound``, ``baseline_error``, ``glaref._designs.yardstick``)
-    and ``strict``; they were checked at the face (``glaref._claims``). view: the problem as the
+    ``dlog_alpha_form`` (``budget_bound``, ``baseline_error``, ``glaref.gla._designs.yardstick``)
+    and ``strict``; they were checked at the face (``glaref._audit._claims``). view: the problem as the
     bound takes it (:func:`budget_view`). reference_outputs: {role: value} of the
     same-precision reference kernels that judge this output
-    (``glaref._designs.Yardstick.roles``), already rounded to the dtype the kernel returned it
+    (``glaref._audit._designs.Yardstick.roles``), already rounded to the dtype the kernel returned it
     in (None: the calibrated tier is not run and the verdict cannot pass). returned_dtype: the
     dtype the kernel returned this output in (the floor's rounding; None: the compute dtype).
     Messages name the references' precision by the compute dtype.

@@ -29,12 +29,14 @@ from typing import Callable
 
 import numpy as np
 
-from . import __version__, _baseline, _exact, _judge, _metrics, _verdict, golden, regimes
-from ._audit._presets import SEED_CONFIGS
-from ._inputs import Dims, Problem
+from .. import __version__, golden, regimes
+from .._audit import _metrics, _verdict
+from .._audit._presets import SEED_CONFIGS
+from .._inputs import Dims, Problem
+from ..golden import FIGURES, GLAREF_NAMES, OUTPUTS, STRUCTURES, OracleFileError
+from ..tolerances import UNIT_ROUNDOFF, tol
+from . import _baseline, _exact, _judge
 from ._problems import round_problem
-from .golden import FIGURES, GLAREF_NAMES, OUTPUTS, STRUCTURES, OracleFileError
-from .tolerances import UNIT_ROUNDOFF, tol
 
 DTYPES = ("float32", "bfloat16")
 # What the reference kernels (and the proven bound) assume a kernel of each dtype accumulates in.
@@ -271,7 +273,7 @@ def measured_sha256(arrays: dict[str, np.ndarray]) -> str:
 
 
 def mpmath_figures(spec: Spec, arrays: dict[str, np.ndarray]) -> dict | None:
-    """The stored outputs and scales against a 50-digit closed-form evaluation (glaref._exact)
+    """The stored outputs and scales against a 50-digit closed-form evaluation (glaref.gla._exact)
     on the stored (rounded) inputs; None when the case is too large. Figures per output:
     ``scaled`` = max |stored - exact| / exact term scale, ``rel`` = ||stored - exact|| / ||exact||;
     per scale array ``scale_rel`` = max |stored - exact| / exact (the exact term scale being the
@@ -600,7 +602,7 @@ def _platform_line(doc: dict) -> str:
 def folder_default() -> Path:
     """Where ``generate`` and ``verify`` work by default: the repository's oracles/ (a source
     checkout), else the installed copy."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]          # glaref/ (this file is in glaref/gla/)
     repo = here.parent / "oracles"
     if repo.is_dir() or (here.parent / "pyproject.toml").is_file():
         return repo

@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import ClaimError, GlarefError
-from ._inputs import DTYPES, GRADS, check_layout, whole_number
+from .._errors import ClaimError, GlarefError
+from .._inputs import DTYPES, GRADS, check_layout, whole_number
+from ..delta._oracle import GRADS as DELTA_GRADS
+from ..regimes import GATES
+from ..tolerances import UNIT_ROUNDOFF
 from ._verdict import COMPUTE_DTYPES, DLOG_ALPHA_FORMS
-from .delta._oracle import GRADS as DELTA_GRADS
-from .regimes import GATES
-from .tolerances import UNIT_ROUNDOFF
 
 __all__ = ["DECAY_FORMS", "DEFAULT_ACCUMULATE", "RECURRENCES", "Claims", "dtype_name"]
 

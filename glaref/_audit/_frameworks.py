@@ -31,8 +31,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._errors import DTypeError
-from ._inputs import (
+from .._errors import DTypeError
+from .._inputs import (
     _KIND,
     ARRAYS,
     DTYPES,

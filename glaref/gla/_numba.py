@@ -104,7 +104,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads, types
 
-from ._numba_cache import jit, note_compile, run_workers
+from .._numba_cache import jit, note_compile, run_workers
 
 CHUNK = 32
 VCHUNK = 32   # vector gates (tools/bench_oracle.py --gate vector)

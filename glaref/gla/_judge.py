@@ -1,33 +1,35 @@
-"""Judging a kernel's outputs on one problem: the oracle's side, and the one judging loop.
+"""Judging a scalar-gate kernel's outputs on one problem: the oracle's side, and the judging loop.
 
-Every face of glaref that judges (the audit engine, ``glaref.testing``, the tools) goes through
-here: :class:`Truth` holds, for one problem (canonical, already rounded to the dtype the kernel
-received), the oracle's outputs and gradients, the error scales and the same-precision reference
-kernels' outputs, each computed once on first use and timed apart (never counted as the
-kernel's); :func:`assess_outputs` turns a kernel's outputs into one ``_verdict.Assessment`` per
-output. Nothing is judged against an oracle result that is not finite: ``Truth`` raises
-``NonFiniteError`` naming ``scale`` and the cause (``_oracle.nonfinite_report``) instead.
-Vector gates and packed sequences (``Problem.cu_seqlens``) go to the oracle, the scales and the
-reference kernels as they are; the proven bound, written for scalar gates of one sequence per row,
-sees them through ``_verdict.budget_view`` (``Truth.budget_view``).
+Every face of glaref that judges a kernel of the scalar-gate family (the audit engine through
+``_family.SCALAR_GATE``'s judge, ``glaref.testing``, the tools) goes through here (the gated delta
+rule's counterpart is ``glaref.delta._family``): :class:`Truth` holds, for one problem (canonical,
+already rounded to the dtype the kernel received), the oracle's outputs and gradients, the error
+scales and the same-precision reference kernels' outputs, each computed once on first use and timed
+apart (never counted as the kernel's); :func:`assess_outputs` turns a kernel's outputs into one
+``_verdict.Assessment`` per output. Nothing is judged against an oracle result that is not finite:
+``Truth`` raises ``NonFiniteError`` naming ``scale`` and the cause (``_oracle.nonfinite_report``)
+instead. Vector gates and packed sequences (``Problem.cu_seqlens``) go to the oracle, the scales
+and the reference kernels as they are; the proven bound, written for scalar gates of one sequence
+per row, sees them through ``_verdict.budget_view`` (``Truth.budget_view``).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
 
-from . import _baseline, _metrics, _verdict
+from .._audit import _metrics, _verdict
+from .._audit._claims import Claims
+from .._audit._verdict import Mismatch
+from .._errors import NonFiniteError
+from .._inputs import _KIND, FORWARD, GRADS, OUTPUTS, Problem, from_canonical
+from ..tolerances import UNIT_ROUNDOFF
+from . import _baseline
 from ._budget import problem_scales
-from ._claims import Claims
 from ._designs import yardstick
-from ._errors import NonFiniteError
-from ._inputs import _KIND, FORWARD, GRADS, OUTPUTS, Problem, from_canonical
 from ._oracle import _quiet, backend, nonfinite_report
-from .tolerances import UNIT_ROUNDOFF
 
 
 class Truth:
@@ -89,7 +91,7 @@ class Truth:
                    arithmetic: dict, decay_form: str | None = None,
                    dlog_alpha_form: str | None = None) -> dict[str, dict[str, np.ndarray]]:
         """The same-precision reference kernels' outputs on this problem ({role: {output:
-        value}}, ``glaref._baseline``), those ``glaref._designs.yardstick(chunk_size,
+        value}}, ``glaref.gla._baseline``), those ``glaref.gla._designs.yardstick(chunk_size,
         decay_form, dlog_alpha_form)`` calls for; timed apart like the oracle and cached (roles
         of one design share its run)."""
         out = {}
@@ -148,7 +150,7 @@ def proven_arithmetic(c: Claims) -> tuple[str, str | None]:
 def claimed_references(truth: Truth, c: Claims, final: bool, grads: bool):
     """The reference kernels' outputs a kernel of claims ``c`` is judged against ({role:
     {output: value}}, run once and cached by ``truth``) and the yardstick that names their roles
-    (``glaref._designs.yardstick``)."""
+    (``glaref.gla._designs.yardstick``)."""
     cdtype = c.compute_dtype or c.dtype
     refs = truth.references(final, grads, c.chunk_size,
                             _verdict.reference_arithmetic(cdtype, c.accumulate_dtype,
@@ -186,7 +188,7 @@ def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[st
     rounded to). ``final``: the kernel returned h_T (so dh_T was its cotangent); ``grads``: the
     gradients are among ``outputs``. Outputs missing from ``outputs`` (or None), and gradients
     the claims say the kernel does not provide, are not judged. ``claims``: what the kernel
-    claims, resolved for its compute dtype (``glaref._claims.Claims.resolved``), or instead the
+    claims, resolved for its compute dtype (``glaref._audit._claims.Claims.resolved``), or instead the
     claim keywords as judged (``_claimed``)."""
     c = _claimed(claims, declared)
     return {name: assess_output(truth, name, outputs[name], dtypes.get(name), final=final,
@@ -203,39 +205,6 @@ def locate_nonfinite(per: dict[str, _verdict.Assessment], canonical: dict[str, n
         if a.nonfinite:
             a.first_nonfinite = _metrics.nonfinite(from_canonical(canonical[name], _KIND[name], layout))[1]
             a.reason = f"{name}: {a.nonfinite} non-finite value(s), first at {tuple(a.first_nonfinite)}"
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    """numpy.testing's "Mismatched elements: n / N" for one failing output: the elements beyond
-    the verdict's element-wise allowance, the proven bound (``budget_ulps`` is the largest element
-    error in budget units; more than ``bound`` fails the proven tier), non-finite ones included.
-    The calibrated tier judges the whole output's norm and has no element-wise allowance: an
-    output failing only it can have count 0. ``worst``: the largest element error (budget
-    units), at ``worst_index`` in the caller's layout."""
-
-    count: int
-    size: int
-    bound: float
-    worst: float
-    worst_index: tuple[int, ...] | None
-    layout: str
-
-    def line(self) -> str:
-        """The message's line (without the output's name)."""
-        def g(x) -> str:        # None: a non-finite figure read back from JSON
-            return "inf" if x is None else f"{x:.4g}"
-
-        share = 100.0 * self.count / self.size if self.size else 0.0
-        at = "" if self.worst_index is None else \
-            f"; worst {g(self.worst)} at {self.worst_index} ({self.layout})"
-        return (f"mismatched elements: {self.count} / {self.size} ({share:.3g}%) beyond the "
-                f"proven bound of {g(self.bound)} budget units{at}")
-
-    def summary(self) -> dict[str, Any]:
-        """As the records keep it (JSON-able)."""
-        return {"count": self.count, "size": self.size, "bound": self.bound, "worst": self.worst,
-                "worst_index": None if self.worst_index is None else list(self.worst_index)}
 
 
 def mismatches(truth: Truth, per: dict[str, _verdict.Assessment],

@@ -20,9 +20,9 @@ from typing import Iterable
 
 import numpy as np
 
-from . import regimes as _regimes
+from .. import regimes as _regimes
+from .._inputs import DTYPES, Dims, Problem
 from ._baseline import round_to
-from ._inputs import DTYPES, Dims, Problem
 
 
 def _bfloat16(x: np.ndarray) -> np.ndarray:

@@ -1,7 +1,7 @@
 """An independent evaluation of the recurrence at high precision: the closed form in mpmath.
 
 Used by the trust tests (tests/test_reference_trust.py) and by the golden vectors' manifest
-(glaref/_golden_build.py) to measure the float64 oracle against exact values. It shares no code
+(glaref/gla/_golden.py) to measure the float64 oracle against exact values. It shares no code
 with the oracle: it sums the closed form below term by term, each exponent from cumulative sums
 of log_alpha taken at ``MP_DPS`` digits. mpmath is imported by the caller and passed in as ``mp``
 (it is a test dependency, never needed by ``import glaref``).
@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from ._inputs import ARRAYS, Problem
+from .._inputs import ARRAYS, Problem
 
 MP_DPS = 50
 

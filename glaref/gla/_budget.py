@@ -14,7 +14,7 @@ in units of u times it. For dlog_alpha there are two scales:
   abs-vjp scales of dq, dk and s_hT the scale of h_T. It is never smaller than the direct
   scale (docs/budgets.md, section 3) and under strong decay or long T it is far larger.
 
-The verdict uses the identity scale for dlog_alpha (glaref._verdict explains why).
+The verdict uses the identity scale for dlog_alpha (glaref._audit._verdict explains why).
 
 Vector gates (log_alpha (B, H, T, dk)) and packed sequences (``cu_seqlens``) use the same
 abs-value runs; with vector gates both dlog_alpha scales have log_alpha's shape, the identity's
@@ -27,8 +27,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _inputs
-from ._inputs import _KIND, OUTPUTS, Problem
+from .. import _inputs
+from .._inputs import _KIND, OUTPUTS, Problem
 from ._oracle import _quiet, _warn_nonfinite, backend
 from ._reference import _group_sum, dlog_alpha_identity
 

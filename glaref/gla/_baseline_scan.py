@@ -1,7 +1,7 @@
-"""The step-by-step reference kernel of ``glaref._baseline``, and the matrix product of its
+"""The step-by-step reference kernel of ``glaref.gla._baseline``, and the matrix product of its
 chunked kernels, compiled by Numba.
 
-Kept in its own module so that ``glaref._baseline`` imports Numba only when a reference kernel
+Kept in its own module so that ``glaref.gla._baseline`` imports Numba only when a reference kernel
 first runs, and with every function at module level so that the on-disk cache
 (``glaref._numba_cache``: once per machine) serves later processes. Every dot product here
 (``dot``: the scan's products and ``bmm``, the chunked kernels' matrix products) sums in the
@@ -9,7 +9,7 @@ fixed order its ``order`` names (eight interleaved partial sums combined in a fi
 term after another), each product rounded before it is added (no fused multiply-add: fastmath
 off lets LLVM neither contract nor reassociate), so that the reference errors are the same on every machine,
 whichever BLAS kernel (OpenBLAS Haswell, SkylakeX, Prescott ...) it picks. See
-``glaref._baseline`` for what the kernels compute and why. One kernel serves both kinds of
+``glaref.gla._baseline`` for what the kernels compute and why. One kernel serves both kinds of
 gate: log_alpha (B, H, T, 1), a scalar gate, or (B, H, T, dk), a vector gate (``KERNELS`` gives
 the scalar gate's (B, H, T) its trailing axis).
 Determinism: fastmath off; the workers (``run_workers``: one thread each, running compiled code
@@ -25,7 +25,7 @@ import math
 import numpy as np
 from numba import get_num_threads
 
-from ._numba_cache import jit, note_compile, run_workers
+from .._numba_cache import jit, note_compile, run_workers
 
 _jit = jit(fastmath=False, nogil=True)
 

@@ -1,6 +1,6 @@
 """Same-precision reference kernels: the error a correct kernel makes, measured on the same inputs.
 
-The calibrated verdict (``glaref._verdict``) compares a kernel's error on each output with the
+The calibrated verdict (``glaref._audit._verdict``) compares a kernel's error on each output with the
 error that *correct* kernels make on exactly the same inputs, in the same arithmetic. These are
 those correct kernels: two algorithms that bracket how production kernels of the recurrence are
 written, evaluated here in a chosen low precision by NumPy and Numba, so that they need neither

@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 
+from .._inputs import Dims, Problem, from_canonical, kernel_returns, to_canonical
+from ..gla._problems import round_to_dtype
 from ._frameworks import Call, accepts, detect_framework, run_kernel
-from ._inputs import Dims, Problem, from_canonical, kernel_returns, to_canonical
-from ._problems import round_to_dtype
 
 if TYPE_CHECKING:
-    from ._audit._family import Family
+    from ._family import Family
 
 PROBES = ("determinism", "causality", "packed", "cotangents", "chunk_sweep")
 DEFAULT_CHUNK = 64            # the chunk sweep's C for a kernel that declares none
@@ -117,7 +117,7 @@ Runner = Callable[[Problem, bool], dict[str, np.ndarray]]
 def kernel_runner(kernel: Callable, dtype: str, *, layout: str = "bhtd", scale: float = 1.0,
                   framework: str | None = None, device: str | None = None,
                   family: Family | None = None) -> Runner:
-    """A Runner for ``kernel`` (JAX, torch or NumPy, as ``glaref._frameworks.run_kernel`` runs
+    """A Runner for ``kernel`` (JAX, torch or NumPy, as ``glaref._audit._frameworks.run_kernel`` runs
     it: ``(q, k, v, log_alpha, h0) -> o | (o, h_T)`` in ``layout``, or ``family``'s arguments,
     differentiated by its framework); packed problems pass their offsets as ``cu_seqlens=``."""
     call = Call(layout, scale, framework or detect_framework(kernel), device, family)
@@ -314,8 +314,8 @@ def verdict_judge(family: Family, *, scale: float = 1.0, oracle: str = "numba", 
                   dtypes: dict[str, str] | None = None, truths: dict | None = None,
                   **declared) -> Judge:
     """The audit's verdict (``family.judge.assess_outputs``, for the scalar gate
-    ``glaref._judge.assess_outputs``, on ``family``'s oracle side, ``family.truth``) as a
-    Judge: the kernel's ``claims`` (``glaref._claims.Claims``, resolved) or the claim keywords
+    ``glaref.gla._judge.assess_outputs``, on ``family``'s oracle side, ``family.truth``) as a
+    Judge: the kernel's ``claims`` (``glaref._audit._claims.Claims``, resolved) or the claim keywords
     (compute_dtype, chunk_size, ...); ``dtypes``: the dtype name each output was returned in
     (default float32). ``truths``: a dict in which the oracle's side of
     each problem is kept by the problem's contents (:func:`problem_key`), so that the judges of
