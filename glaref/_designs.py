@@ -25,12 +25,13 @@ Nothing else names the roles: the engine, the records and the messages follow th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ._baseline import CHUNK, CHUNK_WIDE
 
-__all__ = ["DESIGNS", "SCAN_SEQUENTIAL", "Design", "Yardstick", "chunk_cumsum", "identity",
-           "yardstick"]
+__all__ = ["DESIGNS", "SCAN_SEQUENTIAL", "TABLE", "Design", "Table", "Yardstick", "chunk_cumsum",
+           "identity", "yardstick"]
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def yardstick(chunk_size: int | None, decay_form: str | None = None,
     the most accurate correct design. Undeclared, every chunked reference above computing
     dlog_alpha by the identity widens dlog_alpha's envelope (``identity``): an identity kernel
     that does not say so reads less accurate, never FAIL."""
-    stick = _structure(chunk_size, decay_form)
+    stick = TABLE.structure(chunk_size, decay_form)
     if dlog_alpha_form == "identity":
         return replace(stick, dlog_alpha_form="identity")
     if dlog_alpha_form is not None:
@@ -158,19 +159,43 @@ def yardstick(chunk_size: int | None, decay_form: str | None = None,
                    field=stick.field + tuple(chunked))
 
 
-def _structure(chunk_size: int | None, decay_form: str | None) -> Yardstick:
-    """The yardstick of every output for a kernel's chunking and decay form (``yardstick``)."""
-    if chunk_size == 1:
-        return Yardstick({"scan": DESIGNS["scan"], "scan_sequential": SCAN_SEQUENTIAL}, "scan",
-                         field=("scan_sequential",))
-    if chunk_size is not None:
-        if decay_form == "chunk_cumsum":
-            return Yardstick({"chunked_cumsum": chunk_cumsum(chunk_size)}, "chunked_cumsum")
-        seg = {"chunked": Design("chunked", chunk_size, f"{chunk_size}-step chunks")}
-        if decay_form == "segment_sums":
-            return Yardstick(seg, "chunked")
-        return Yardstick({**seg, "chunked_cumsum": chunk_cumsum(chunk_size)}, "chunked",
-                         field=("chunked_cumsum",))
-    return Yardstick({**DESIGNS, "chunked_cumsum": chunk_cumsum(CHUNK),
-                      "scan_sequential": SCAN_SEQUENTIAL}, "chunked", ("scan", "chunked_wide"),
-                     field=("chunked_cumsum", "scan_sequential"))
+@dataclass(frozen=True)
+class Table:
+    """A family's yardstick by structure: ``designs``, the reference kernels of a kernel whose
+    structure is unknown ("scan" the step-by-step one, "chunked" the one it is held to at the
+    family's default chunk, every other one an extreme that widens that baseline), and the
+    family's chunked design (``chunked``) and chunk-local cumsum design (``chunk_cumsum``) at
+    any chunk C. Both families read one table (``glaref.delta._designs``)."""
+
+    designs: dict[str, Design]
+    chunked: Callable[[int], Design]
+    chunk_cumsum: Callable[[int], Design]
+
+    def structure(self, chunk_size: int | None, decay_form: str | None) -> Yardstick:
+        """The yardstick of every output for a kernel's chunking and decay form: step by step,
+        held to the scan (dot products in lanes), its envelope the term-by-term scan; chunked
+        at C, held to ``chunked(C)``, its envelope ``chunk_cumsum(C)``, or to that alone with
+        chunk_cumsum decays declared (and the segment-sum one alone with segment sums declared);
+        unknown, held to ``designs["chunked"]`` widened towards the other designs, its envelope
+        the chunk-local cumsum design at that chunk and the term-by-term scan."""
+        if chunk_size == 1:
+            return Yardstick({"scan": self.designs["scan"], "scan_sequential": SCAN_SEQUENTIAL},
+                             "scan", field=("scan_sequential",))
+        if chunk_size is not None:
+            if decay_form == "chunk_cumsum":
+                return Yardstick({"chunked_cumsum": self.chunk_cumsum(chunk_size)},
+                                 "chunked_cumsum")
+            seg = {"chunked": self.chunked(chunk_size)}
+            if decay_form == "segment_sums":
+                return Yardstick(seg, "chunked")
+            return Yardstick({**seg, "chunked_cumsum": self.chunk_cumsum(chunk_size)}, "chunked",
+                             field=("chunked_cumsum",))
+        cumsum = self.chunk_cumsum(self.designs["chunked"].chunk)
+        return Yardstick({**self.designs, "chunked_cumsum": cumsum,
+                          "scan_sequential": SCAN_SEQUENTIAL}, "chunked",
+                         tuple(r for r in self.designs if r != "chunked"),
+                         field=("chunked_cumsum", "scan_sequential"))
+
+
+# the scalar gate's table
+TABLE = Table(DESIGNS, lambda C: Design("chunked", C, f"{C}-step chunks"), chunk_cumsum)

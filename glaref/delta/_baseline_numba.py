@@ -27,7 +27,7 @@ import math
 import numpy as np
 from numba import get_num_threads
 
-from .._baseline_scan import dot, frob, rnd
+from .._baseline_scan import checkpoints, dot, frob, rnd
 from .._numba_cache import jit, note_compile, run_workers
 
 _jit = jit(fastmath=False, nogil=True)
@@ -114,17 +114,19 @@ def _scan_step(S, St, a, beta, k, v, r, u, p, mode, P, order):  # pragma: no cov
 
 
 @_jit
+def _step_buffers(dk, dv, dt):  # pragma: no cover - compiled
+    """The buffers of ``_scan_step`` in dtype dt: S, St (dk, dv), P (9, dv), r, u, p (dv,)."""
+    return (np.empty((dk, dv), dt), np.empty((dk, dv), dt), np.empty((9, dv), dt),
+            np.empty(dv, dt), np.empty(dv, dt), np.empty(dv, dt))
+
+
+@_jit
 def _scan_fwd_rows(w, nw, qh, kh, v, beta, alpha, h0, scale, mode, order, o,
                    hT):  # pragma: no cover - compiled
     """Worker w of nw: the (batch, head) pairs w, w + nw, ... of ``scan_forward``."""
     B, H, T, dk = qh.shape
     dv = v.shape[3]
-    S = np.empty((dk, dv), qh.dtype)
-    St = np.empty((dk, dv), qh.dtype)
-    P = np.empty((9, dv), qh.dtype)
-    r = np.empty(dv, qh.dtype)
-    u = np.empty(dv, qh.dtype)
-    p = np.empty(dv, qh.dtype)
+    S, St, P, r, u, p = _step_buffers(dk, dv, qh.dtype)
     for bh in range(w, B * H, nw):
         b, h = bh // H, bh % H
         S[:, :] = h0[b, h]
@@ -158,20 +160,12 @@ def _scan_vjp_rows(w, nw, qh, kh, v, beta, alpha, h0, do, dh_T, scale, mode, ord
     dv = v.shape[3]
     dt = qh.dtype
     g = alpha.shape[3]
-    C = max(1, int(math.sqrt(max(T, 1))))
-    nck = (T + C - 1) // C
-    ck = np.empty((max(nck, 1), dk, dv), dt)       # the state before steps 0, C, 2C, ...
-    blk = np.empty((C + 1, dk, dv), dt)            # one block's states, recomputed
-    S = np.empty((dk, dv), dt)
-    St = np.empty((dk, dv), dt)
+    C, nck, ck, blk = checkpoints(T, dk, dv, dt)   # blocks of ~sqrt(T) steps
+    S, St, P, r, u, p = _step_buffers(dk, dv, dt)
     Gt = np.empty((dk, dv), dt)
     D = np.empty((dk, dv), dt)
     Cc = np.empty((dk, dv), dt)
-    P = np.empty((9, dv), dt)
     acc = np.empty(9, dt)
-    r = np.empty(dv, dt)
-    u = np.empty(dv, dt)
-    p = np.empty(dv, dt)
     sdo = np.empty(dv, dt)
     du = np.empty(dv, dt)
     wv = np.empty(dv, dt)
@@ -390,6 +384,18 @@ def _row_times(acc, X, i, Y, n, z):  # pragma: no cover - compiled
 
 
 @_jit
+def _col_times(acc, X, j, Y, L, z):  # pragma: no cover - compiled
+    """acc = X[j:L, j]^T Y[j:L, :] (column j of a lower triangular X^T Y), i from j to L - 1 one
+    term after another from zero ``z``."""
+    for c in range(acc.shape[0]):
+        acc[c] = z
+    for i in range(j, L):
+        w = X[i, j]
+        for c in range(acc.shape[0]):
+            acc[c] += w * Y[i, c]
+
+
+@_jit
 def _chunk_forward(S, L, E, eb, Qd, Kr, A, W, Ut, U, o_c, S_next, scale, mode,
                    z):  # pragma: no cover - compiled
     """U = Ut - W S;  o = scale ((Q o exp(b)) S + A U);  S_next = diag(exp(b_last)) S + Kr^T U
@@ -519,17 +525,8 @@ def _chunk_backward(S, dSn, sdo, L, q, k, v, be, E, eb, er, Ke, Qd, Kr, KK, A, T
     acc = np.empty(dv, dt)
     acc2 = np.empty(dv, dt)
     for j in range(L):
-        for c in range(dv):
-            acc[c] = z
-            acc2[c] = z
-        for i in range(j, L):
-            a = Ar[i, j]
-            for c in range(dv):
-                acc[c] += a * sdor[i, c]
-        for d in range(dkk):
-            x = Krr[j, d]
-            for c in range(dv):
-                acc2[c] += x * dSnr[d, c]
+        _col_times(acc, Ar, j, sdor, L, z)
+        _row_times(acc2, Krr, j, dSnr, dkk, z)
         for c in range(dv):
             dU[j, c] = acc[c] + acc2[c]
     dUr = _op(dU, mode)
@@ -594,16 +591,8 @@ def _chunk_backward(S, dSn, sdo, L, q, k, v, be, E, eb, er, Ke, Qd, Kr, KK, A, T
     dVB = np.empty((L, dv), dt)
     tk = np.empty(dkk, dt)
     for j in range(L):
-        for d in range(dkk):
-            tk[d] = z
-        for c in range(dv):
-            acc[c] = z
-        for i in range(j, L):
-            t = Tmr[i, j]
-            for d in range(dkk):
-                tk[d] += t * dWr[i, d]
-            for c in range(dv):
-                acc[c] += t * dUr[i, c]
+        _col_times(tk, Tmr, j, dWr, L, z)
+        _col_times(acc, Tmr, j, dUr, L, z)
         for d in range(dkk):
             dKB[j, d] = tk[d]
         for c in range(dv):

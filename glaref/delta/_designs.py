@@ -1,6 +1,6 @@
 """Which of the gated delta rule's reference kernels a kernel's claims call for: the delta
-family's yardstick table, in the shape of ``glaref._designs`` (whose ``Design`` and
-``Yardstick`` it uses).
+family's yardstick table, in the shape of ``glaref._designs`` (whose ``Design``, ``Yardstick``
+and ``Table`` it uses: the two families' tables differ in their designs, not in their logic).
 
 The reference kernels are ``glaref.delta._baseline.run``'s: the step-by-step scan (every dot
 product in eight interleaved partial sums, as a scan kernel's vectorised reductions accumulate;
@@ -17,10 +17,10 @@ within the envelope's, FAIL beyond it).
 
 from __future__ import annotations
 
-from .._designs import SCAN_SEQUENTIAL, Design, Yardstick
+from .._designs import Design, Table, Yardstick
 from ._baseline import CHUNK
 
-__all__ = ["DESIGNS", "chunk_cumsum", "chunked", "yardstick"]
+__all__ = ["DESIGNS", "TABLE", "chunk_cumsum", "chunked", "yardstick"]
 
 
 def chunked(C: int) -> Design:
@@ -41,6 +41,7 @@ DESIGNS: dict[str, Design] = {
     "scan": Design("scan", None, "a step-by-step scan"),
     "chunked": chunked(CHUNK),
 }
+TABLE = Table(DESIGNS, chunked, chunk_cumsum)
 
 
 def yardstick(chunk_size: int | None, decay_form: str | None = None) -> Yardstick:
@@ -55,17 +56,4 @@ def yardstick(chunk_size: int | None, decay_form: str | None = None) -> Yardstic
     held to the 64-step WY / UT form (flash-linear-attention's chunk for GDN and KDA), widened
     towards the scan (``Yardstick.extremes``), its envelope the 64-step form with chunk-local
     cumsum decays and the term-by-term scan."""
-    if chunk_size == 1:
-        return Yardstick({"scan": DESIGNS["scan"], "scan_sequential": SCAN_SEQUENTIAL}, "scan",
-                         field=("scan_sequential",))
-    if chunk_size is not None:
-        if decay_form == "chunk_cumsum":
-            return Yardstick({"chunked_cumsum": chunk_cumsum(chunk_size)}, "chunked_cumsum")
-        seg = {"chunked": chunked(chunk_size)}
-        if decay_form == "segment_sums":
-            return Yardstick(seg, "chunked")
-        return Yardstick({**seg, "chunked_cumsum": chunk_cumsum(chunk_size)}, "chunked",
-                         field=("chunked_cumsum",))
-    return Yardstick({**DESIGNS, "chunked_cumsum": chunk_cumsum(CHUNK),
-                      "scan_sequential": SCAN_SEQUENTIAL}, "chunked", ("scan",),
-                     field=("chunked_cumsum", "scan_sequential"))
+    return TABLE.structure(chunk_size, decay_form)
