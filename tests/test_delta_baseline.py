@@ -83,16 +83,24 @@ def _cases():
 CASES = list(_cases())
 
 
+def _designs_of(kernel: str) -> list[dict]:
+    """The keywords of each design of ``kernel``: the scan in each summation order, the chunked
+    form with each decay form."""
+    if kernel == "scan":
+        return [{"order": order} for order in _baseline.ORDERS]
+    return [{"decay": decay} for decay in _baseline.DECAY_FORMS]
+
+
 @pytest.mark.parametrize("kernel,chunk", REFS, ids=[f"{k}{c}" for k, c in REFS])
 @pytest.mark.parametrize("name,dp", CASES, ids=[c[0] for c in CASES])
 def test_float64_equals_the_oracle(kernel, chunk, name, dp):
     ref = _oracle(dp)
-    for decay in _baseline.DECAY_FORMS if kernel == "chunked" else ("segment_sums",):
-        res = _baseline.run(kernel, dp, SCALE, arith="float64", chunk=chunk, decay=decay)
+    for kw in _designs_of(kernel):
+        res = _baseline.run(kernel, dp, SCALE, arith="float64", chunk=chunk, **kw)
         assert set(res) == set(OUTPUTS)
         for n in OUTPUTS:
             assert res[n].shape == ref[n].shape and res[n].dtype == np.float64, (name, n)
-            assert rel_err(res[n], ref[n]) <= tol("delta_baseline_f64"), (name, decay, n)
+            assert rel_err(res[n], ref[n]) <= tol("delta_baseline_f64"), (name, kw, n)
 
 
 @pytest.mark.parametrize("gate", ("scalar", "vector"))
@@ -100,12 +108,12 @@ def test_float64_equals_the_oracle(kernel, chunk, name, dp):
 def test_float32_makes_float32_errors(kernel, chunk, gate):
     dp = _rounded(regimes.make_inputs("standard", DIMS, 4, gate=gate))
     ref = _oracle(dp)
-    for decay in _baseline.DECAY_FORMS if kernel == "chunked" else ("segment_sums",):
-        res = _baseline.run(kernel, dp, SCALE, arith="float32", chunk=chunk, decay=decay)
+    for kw in _designs_of(kernel):
+        res = _baseline.run(kernel, dp, SCALE, arith="float32", chunk=chunk, **kw)
         for n in OUTPUTS:
             e = rel_err(res[n], ref[n])
             assert tol("arith_separator_f32_f64") < e <= tol("delta_baseline_f32_standard"), (
-                decay, n, e)
+                kw, n, e)
     res = _baseline.run(kernel, dp, SCALE, arith="float32", chunk=chunk)
     # bfloat16 operands: bfloat16's errors, not float32's
     res = _baseline.run(kernel, dp, SCALE, arith="float32", operand="bfloat16", chunk=chunk)
@@ -128,18 +136,20 @@ def test_same_bytes_twice_and_on_one_or_two_threads(kernel, chunk):
     try:
         for n_threads in (1, 2, 2):
             numba.set_num_threads(n_threads)
-            runs.append(_bytes(_baseline.run(kernel, dp, SCALE, chunk=chunk)))
+            runs.append([_bytes(_baseline.run(kernel, dp, SCALE, chunk=chunk, **kw))
+                         for kw in _designs_of(kernel)])
     finally:
         numba.set_num_threads(before)
     assert runs[0] == runs[1] == runs[2]
 
 
 def test_the_designs_round_differently():
-    """The scan, the chunked form at 16 and 64 and the two decay forms are different float32
-    algorithms (none silently runs another's code): their o and dlog_alpha differ in the last
-    bits, while each stays a float32-sized distance from the others."""
+    """The scan in its two orders, the chunked form at 16 and 64 and the two decay forms are
+    different float32 algorithms (none silently runs another's code): their o and dlog_alpha
+    differ in the last bits, while each stays a float32-sized distance from the others."""
     dp = _rounded(regimes.make_inputs("standard", DIMS, 6))
-    runs = {"scan": _baseline.run("scan", dp, SCALE)}
+    runs = {f"scan {order}": _baseline.run("scan", dp, SCALE, order=order)
+            for order in _baseline.ORDERS}
     for C in (16, 64):
         for decay in _baseline.DECAY_FORMS:
             runs[f"chunked{C} {decay}"] = _baseline.run("chunked", dp, SCALE, chunk=C, decay=decay)
@@ -163,7 +173,8 @@ def test_empty_sequence_hands_h0_through():
 @pytest.mark.parametrize("kw,arg", [
     ({"kernel": "chunk"}, "kernel"), ({"arith": "float16"}, "arith"),
     ({"operand": "fp8"}, "operand"), ({"decay": "cumsum"}, "decay"), ({"chunk": 0}, "chunk"),
-    ({"storage": "bfloat16"}, "storage"), ({"order": "lanes"}, "order"),
+    ({"storage": "bfloat16"}, "storage"), ({"order": "pairwise"}, "order"),
+    ({"kernel": "chunked", "order": "lanes"}, "order"),
 ])
 def test_bad_arguments_name_themselves(kw, arg):
     dp = regimes.make_inputs("standard", dataclasses.replace(DIMS, T=3), 0)
@@ -178,6 +189,43 @@ def test_gradients_need_do():
     with pytest.raises(ValueError, match="do"):
         _baseline.run("scan", dp, SCALE)
     assert set(_baseline.run("scan", dp, SCALE, grads=False)) == {"o", "h_T"}
+
+
+@pytest.mark.parametrize("m", [5, 8, 21, 128])
+def test_the_scans_column_sums_are_dot_products_to_the_bit(m):
+    """The scan forms x^T M column by column along M's rows (``_vT_M``), each column summed
+    exactly as ``glaref.gla._baseline_scan.dot`` sums it in the same order (lanes 0, sequential 1):
+    the scalar family's orders, to the last bit; the two orders differ once m has a full lane."""
+    from glaref.delta._baseline_numba import _vT_M
+    from glaref.gla._baseline_scan import dot
+
+    rng = np.random.default_rng(m)
+    x = rng.standard_normal(m).astype(np.float32)
+    M = rng.standard_normal((m, 7)).astype(np.float32) * np.float32(1e3) ** rng.uniform(
+        -1, 1, (m, 1)).astype(np.float32)
+    acc = np.empty(9, np.float32)
+    got = {}
+    for order in (0, 1):
+        out = np.empty(7, np.float32)
+        _vT_M(x, M, out, np.empty((9, 7), np.float32), order)
+        want = np.array([dot(x, np.ascontiguousarray(M[:, j]), acc, order) for j in range(7)],
+                        dtype=np.float32)
+        assert out.tobytes() == want.tobytes(), order
+        got[order] = out
+    assert (got[0].tobytes() != got[1].tobytes()) == (m >= 8)
+
+
+def test_the_lane_order_is_the_more_accurate_scan():
+    """At dk = dv = 128 the term-by-term scan's dlog_alpha sums the dk dv terms of
+    <S~_t, dS~_t> one after another and errs several times the lane order's (measured ~10x,
+    docs/reports/sensitivity_delta_seed512_cpu.txt); o's dot products over dk likewise."""
+    dp = _rounded(regimes.make_inputs("standard", Dims(B=1, G=1, H=1, T=24, dk=128, dv=128),
+                                      0))
+    ref = _oracle(dp)
+    err = {order: _baseline.run("scan", dp, SCALE, order=order) for order in _baseline.ORDERS}
+    for n in ("o", "log_alpha"):
+        lanes, seq = (rel_err(err[order][n], ref[n]) for order in ("lanes", "sequential"))
+        assert lanes < seq, (n, lanes, seq)
 
 
 @pytest.mark.parametrize("chunk_size,decay_form", [
@@ -195,11 +243,18 @@ def test_every_design_of_the_yardstick_runs(chunk_size, decay_form):
         res = _baseline.run(d.kernel, dp, SCALE, chunk=d.chunk or _baseline.CHUNK,
                             decay=d.decay, order=d.order)
         assert set(res) == set(OUTPUTS)
+    scans = {r: d.order for r, d in stick.designs.items() if d.kernel == "scan"}
     if chunk_size == 1:
         assert stick.designs[stick.held_to].kernel == "scan"
+        assert stick.designs[stick.held_to].order is None          # the scan's own: lanes
     if chunk_size is None:
         assert stick.designs[stick.held_to].chunk == _baseline.CHUNK
         assert [stick.designs[r].kernel for r in stick.extremes] == ["scan"]
+        assert stick.designs[stick.extremes[0]].order is None
+    if chunk_size in (None, 1):
+        # the term-by-term scan widens the envelope only
+        assert {r for r, o in scans.items() if o == "sequential"} == {"scan_sequential"}
+        assert "scan_sequential" in stick.field and "scan_sequential" not in stick.extremes
 
 
 _CHILD = r"""
@@ -214,14 +269,17 @@ b = rng.standard_normal((128, 48)).astype(np.float32)
 out = {"np.matmul": hashlib.sha256((a @ b).tobytes()).hexdigest()}
 for gate in ("scalar", "vector"):
     dp = regimes.make_inputs("strong_decay", Dims(1, 1, 2, 70, 24, 20), 0, gate=gate)
-    for kernel, decay in (("scan", "segment_sums"), ("chunked", "segment_sums"),
-                          ("chunked", "chunk_cumsum")):
+    for kernel, decay, order in (("scan", "segment_sums", "lanes"),
+                                 ("scan", "segment_sums", "sequential"),
+                                 ("chunked", "segment_sums", None),
+                                 ("chunked", "chunk_cumsum", None)):
         for operand in (None, "bfloat16"):
-            r = _baseline.run(kernel, dp, 0.3, chunk=32, decay=decay, operand=operand)
+            r = _baseline.run(kernel, dp, 0.3, chunk=32, decay=decay, operand=operand,
+                              order=order)
             h = hashlib.sha256()
             for name in sorted(r):
                 h.update(name.encode() + r[name].tobytes())
-            out[f"{gate} {kernel} {decay} {operand}"] = h.hexdigest()
+            out[f"{gate} {kernel} {decay} {order} {operand}"] = h.hexdigest()
 print(json.dumps(out))
 """
 

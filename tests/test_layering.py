@@ -5,9 +5,9 @@ A function's parameters are counted as Python binds them: positional, keyword-on
 and ``**kwargs`` each count one; ``self`` and ``cls`` do not. Public entry points: functions
 without a leading underscore in a public module (no underscored folder or file on its path), and
 functions of private modules that a public module imports by name (``glaref.vjp`` is
-``glaref._oracle.vjp``, ``glaref.audit`` is ``glaref._audit._engine.audit``). The judging path:
+``glaref.gla._oracle.vjp``, ``glaref.audit`` is ``glaref._audit._engine.audit``). The judging path:
 the modules named in ``JUDGING`` by basename, and every module under a folder named ``_audit``,
-so the check follows them when they move (``glaref/_verdict.py`` to ``glaref/_audit/``, the
+so the check follows them when they move (``glaref/_audit/_verdict.py`` to ``glaref/_audit/``, the
 scalar family's modules to a family folder); every other function of those modules counts as
 private.
 

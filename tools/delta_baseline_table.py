@@ -6,9 +6,10 @@ output and regime, and their CPU time.
 
 At the seed config g2h8_d128 with B cut to 1 (G=2, H=8, dk=dv=128), the regime's inputs are
 rounded to float32, the float64 oracle (glaref.delta, Numba) runs on them, and so does every
-reference kernel in float32 (and with bfloat16 matrix-product operands): the scan, the WY / UT
-chunked form at 64 with segment-sum decays (dlog_alpha direct) and with chunk-local cumsum decays
-(dlog_alpha through the cumsum, the identity form: flash-linear-attention's design). Each cell is the
+reference kernel in float32 (and with bfloat16 matrix-product operands): the scan (dot products
+in lanes, and term by term), the WY / UT chunked form at 64 with segment-sum decays (dlog_alpha
+direct) and with chunk-local cumsum decays (dlog_alpha through the cumsum, the identity form:
+flash-linear-attention's design). Each cell is the
 normwise relative error ||ref - oracle||_2 / ||oracle||_2 of one output; the last column the
 kernel's fwd + bwd CPU seconds (process time, all threads; compile excluded by a warm-up).
 """
@@ -30,8 +31,10 @@ from glaref.delta import _baseline, regimes  # noqa: E402
 from glaref.delta._oracle import OUTPUTS, DeltaProblem, backend  # noqa: E402
 
 SCALE = 128 ** -0.5
-KERNELS = (("scan", 1, "segment_sums"), ("chunked", 64, "segment_sums"),
-           ("chunked", 64, "chunk_cumsum"))
+# (kernel, chunk, decay, order): the scan in lanes (the held-to design) and term by term (a
+# field design), the chunked form with either decay form
+KERNELS = (("scan", 1, "segment_sums", "lanes"), ("scan", 1, "segment_sums", "sequential"),
+           ("chunked", 64, "segment_sums", None), ("chunked", 64, "chunk_cumsum", None))
 
 
 def _rounded(dp: DeltaProblem) -> DeltaProblem:
@@ -59,20 +62,21 @@ def main(argv=None) -> int:
         f"{n:>9s}" for n in OUTPUTS) + f" {'cpu s':>6s}"
     lines.append(head)
     for gate in a.gates.split(","):
-        for kernel, C, decay in KERNELS:
-            _baseline.run(kernel, warm, SCALE, chunk=C, decay=decay)      # compile / load
+        for kernel, C, decay, order in KERNELS:
+            _baseline.run(kernel, warm, SCALE, chunk=C, decay=decay, order=order)  # compile
         for regime in a.regimes.split(","):
             dp = _rounded(regimes.make_inputs(regime, dims, a.seed, gate=gate))
             p, be = dp.p, backend("numba")
             o, h_T = be.forward(p.q, p.k, p.v, dp.beta, p.log_alpha, p.h0, SCALE)
             g = be.vjp(p.q, p.k, p.v, dp.beta, p.log_alpha, p.h0, p.do, p.dh_T, SCALE)
             ref = dict(zip(OUTPUTS, (o, h_T, *g)))
-            for kernel, C, decay in KERNELS:
+            for kernel, C, decay, order in KERNELS:
                 for operand in (None, "bfloat16"):
                     t0 = time.process_time()
-                    res = _baseline.run(kernel, dp, SCALE, chunk=C, decay=decay, operand=operand)
+                    res = _baseline.run(kernel, dp, SCALE, chunk=C, decay=decay, operand=operand,
+                                        order=order)
                     cpu = time.process_time() - t0
-                    name = "scan" if kernel == "scan" else f"chunked{C} {decay}"
+                    name = f"scan {order}" if kernel == "scan" else f"chunked{C} {decay}"
                     row = (f"{regime:14s} {gate:6s} {name:22s} {operand or '-':8s} "
                            + " ".join(f"{rel_err(res[n], ref[n]):9.2e}" for n in OUTPUTS)
                            + f" {cpu:6.2f}")

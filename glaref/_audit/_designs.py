@@ -1,5 +1,7 @@
 """The shape of a yardstick: :class:`Design` (one reference kernel) and :class:`Yardstick` (the
-reference kernels one claim calls for, and how their errors combine).
+reference kernels one claim calls for, and how their errors combine), the logic both families'
+yardsticks share (:class:`Table`) and the step-by-step design both hold as a field design
+(``SCAN_SEQUENTIAL``).
 
 Each family fills them from its own table: ``glaref.gla._designs.yardstick`` for the scalar gate,
 ``glaref.delta._designs.yardstick`` for the gated delta rule; the verdict
@@ -8,9 +10,10 @@ Each family fills them from its own table: ``glaref.gla._designs.yardstick`` for
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Design", "Yardstick"]
+__all__ = ["SCAN_SEQUENTIAL", "Design", "Table", "Yardstick"]
 
 
 @dataclass(frozen=True)
@@ -68,3 +71,49 @@ class Yardstick:
     def roles(self, output: str) -> list[str]:
         """The roles that judge ``output`` (``key``)."""
         return [r for r in self.designs if self.key(r, output) is not None]
+
+
+# the field's step-by-step design: every dot product (over dk, dv, and the dk dv terms of
+# <S_{t-1}, G_t>) summed term by term, the loosest order compilers use (XLA's CPU backend)
+SCAN_SEQUENTIAL = Design("scan", None, "a step-by-step scan summing term by term",
+                         order="sequential",
+                         family="a step-by-step scan whose dot products sum term by term "
+                                "(XLA's sequential reductions)")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A family's yardstick by structure: ``designs``, the reference kernels of a kernel whose
+    structure is unknown ("scan" the step-by-step one, "chunked" the one it is held to at the
+    family's default chunk, every other one an extreme that widens that baseline), and the
+    family's chunked design (``chunked``) and chunk-local cumsum design (``chunk_cumsum``) at
+    any chunk C. Both families read one table (``glaref.delta._designs``)."""
+
+    designs: dict[str, Design]
+    chunked: Callable[[int], Design]
+    chunk_cumsum: Callable[[int], Design]
+
+    def structure(self, chunk_size: int | None, decay_form: str | None) -> Yardstick:
+        """The yardstick of every output for a kernel's chunking and decay form: step by step,
+        held to the scan (dot products in lanes), its envelope the term-by-term scan; chunked
+        at C, held to ``chunked(C)``, its envelope ``chunk_cumsum(C)``, or to that alone with
+        chunk_cumsum decays declared (and the segment-sum one alone with segment sums declared);
+        unknown, held to ``designs["chunked"]`` widened towards the other designs, its envelope
+        the chunk-local cumsum design at that chunk and the term-by-term scan."""
+        if chunk_size == 1:
+            return Yardstick({"scan": self.designs["scan"], "scan_sequential": SCAN_SEQUENTIAL},
+                             "scan", field=("scan_sequential",))
+        if chunk_size is not None:
+            if decay_form == "chunk_cumsum":
+                return Yardstick({"chunked_cumsum": self.chunk_cumsum(chunk_size)},
+                                 "chunked_cumsum")
+            seg = {"chunked": self.chunked(chunk_size)}
+            if decay_form == "segment_sums":
+                return Yardstick(seg, "chunked")
+            return Yardstick({**seg, "chunked_cumsum": self.chunk_cumsum(chunk_size)}, "chunked",
+                             field=("chunked_cumsum",))
+        cumsum = self.chunk_cumsum(self.designs["chunked"].chunk)
+        return Yardstick({**self.designs, "chunked_cumsum": cumsum,
+                          "scan_sequential": SCAN_SEQUENTIAL}, "chunked",
+                         tuple(r for r in self.designs if r != "chunked"),
+                         field=("chunked_cumsum", "scan_sequential"))

@@ -13,7 +13,11 @@ kernels (``glaref.delta.kernels``) included.
              o_t = scale S_t^T q_t; and the reverse-time adjoint of section 2 (G_t, dq_t, du_t,
              dv_t, dbeta_t, dk_t, dS~_t, dlog_alpha_t = <S~_t, dS~_t> in the direct form,
              C_{t-1} = A_t dS~_t), the states recomputed from checkpoints. One rounding of the
-             state per step: the sequential accumulation of T steps.
+             state per step: the sequential accumulation of T steps. Every dot product (over
+             dk, dv, and the dk dv terms of dlog_alpha's <S~_t, dS~_t>) sums in ``order``:
+             "lanes" (the default, eight interleaved partial sums combined in a fixed tree, as
+             a scan kernel's vectorised reductions accumulate) or "sequential" (one term after
+             another, the loosest order a compiler uses: a field design).
 ``chunked``  the WY / UT chunked form the field ships (flash-linear-attention's
              chunk_gated_delta_rule and chunk_kda; docs/math_delta.md, section 8): per chunk of C
              steps (the last one shorter), the unit lower triangular system
@@ -50,29 +54,34 @@ import numpy as np
 from ..gla._baseline import ROUNDINGS, per_sequence
 from ._oracle import DeltaProblem
 
-__all__ = ["ARITHS", "CHUNK", "DECAY_FORMS", "KERNELS", "ORDERS", "run"]
+__all__ = ["ARITHS", "CHUNK", "DECAY_FORMS", "DEFAULT_ORDER", "KERNELS", "ORDERS", "run"]
 
 KERNELS = ("scan", "chunked")
 CHUNK = 64            # the chunked reference's chunk, what production kernels use
 DECAY_FORMS = ("segment_sums", "chunk_cumsum")
 ARITHS = ("float32", "float64")
-# the order every sum runs in: one term after another (the only one here; the keyword is
-# glaref.gla._baseline.run's, so that one Design drives either family)
-ORDERS = ("sequential",)
+# the order a dot product sums in (``glaref.gla._baseline_scan.dot``, as in glaref.gla._baseline):
+# eight interleaved partial sums combined in a fixed tree, or one term after another; each kernel
+# has its own (``DEFAULT_ORDER``): the scan sums in lanes (how a scan kernel's vectorised
+# reductions accumulate), the chunked form sequentially (rows of axpys and dots one term after
+# another, the only order it has)
+ORDERS = ("lanes", "sequential")
+DEFAULT_ORDER = {"scan": "lanes", "chunked": "sequential"}
 # every mode number of glaref.gla._baseline_scan.rnd
 _MODE = {None: 0, "tf32": 1, "bfloat16": 2, "float16": 3}
 
 
-def _scan(qh, kh, v, beta, alpha, h0, do, dh_T, scale, mode, grads, chunk, decay):
+def _scan(qh, kh, v, beta, alpha, h0, do, dh_T, scale, mode, grads, chunk, decay, order):
     from . import _baseline_numba as nb
 
-    o, h_T = nb.scan_forward(qh, kh, v, beta, alpha, h0, scale, mode)
+    od = ORDERS.index(order)
+    o, h_T = nb.scan_forward(qh, kh, v, beta, alpha, h0, scale, mode, od)
     if not grads:
         return o, h_T
-    return (o, h_T) + nb.scan_vjp(qh, kh, v, beta, alpha, h0, do, dh_T, scale, mode)
+    return (o, h_T) + nb.scan_vjp(qh, kh, v, beta, alpha, h0, do, dh_T, scale, mode, od)
 
 
-def _chunked(qh, kh, v, beta, la, h0, do, dh_T, scale, mode, grads, chunk, decay):
+def _chunked(qh, kh, v, beta, la, h0, do, dh_T, scale, mode, grads, chunk, decay, order):
     from . import _baseline_numba as nb
 
     form = DECAY_FORMS.index(decay)
@@ -92,10 +101,11 @@ def run(kernel: str, dp: DeltaProblem, scale: float, *, arith: str = "float32",
         order: str | None = None) -> dict[str, np.ndarray]:
     """Run the reference kernel ``kernel`` ("scan" or "chunked", the latter with chunks of
     ``chunk`` steps and decays of form ``decay``, ``DECAY_FORMS``) in ``arith`` (``ARITHS``)
-    with matrix-product operands rounded to ``operand``, on canonical problem ``dp``.
-    ``storage`` (16-bit accumulation) must be None and ``order`` None or "sequential": the
-    keywords of ``glaref.gla._baseline.run``, so that a ``glaref._audit._designs.Design`` drives both
-    families; every sum here runs one term after another.
+    with matrix-product operands rounded to ``operand``, every dot product summed in ``order``
+    (``ORDERS``; None: the kernel's own, ``DEFAULT_ORDER``; the chunked form has "sequential"
+    alone), on canonical problem ``dp``. ``storage`` (16-bit accumulation) must be None: the
+    keywords are ``glaref.gla._baseline.run``'s, so that a ``glaref._audit._designs.Design`` drives both
+    families.
 
     Returns float64 arrays under the family's output names: o, h_T and, with ``grads`` (``do``
     required; ``dh_T=None`` means the loss has no h_T term), q, k, v, beta, log_alpha, h0: each
@@ -115,8 +125,12 @@ def run(kernel: str, dp: DeltaProblem, scale: float, *, arith: str = "float32",
     if storage is not None:
         raise ValueError(f"storage: got {storage!r}, expected None (the delta family's reference "
                          "kernels accumulate in arith)")
-    if order is not None and order not in ORDERS:
-        raise ValueError(f"order: got {order!r}, expected None or one of {ORDERS}")
+    if order is None:
+        order = DEFAULT_ORDER.get(kernel, "sequential")
+    if order not in ORDERS or (kernel == "chunked" and order != "sequential"):
+        allowed = ORDERS if kernel == "scan" else ("sequential",)
+        raise ValueError(f"order: got {order!r}, expected None or one of {allowed} for the "
+                         f"{kernel} kernel")
     if decay not in DECAY_FORMS:
         raise ValueError(f"decay: got {decay!r}, expected one of {DECAY_FORMS}")
     if not isinstance(chunk, (int, np.integer)) or isinstance(chunk, bool) or chunk < 1:
@@ -126,7 +140,7 @@ def run(kernel: str, dp: DeltaProblem, scale: float, *, arith: str = "float32",
         raise ValueError("do: got None, expected the cotangent of o (grads=True)")
     if p.cu_seqlens is not None:
         return _run_packed(kernel, dp, scale, arith=arith, operand=operand, grads=grads,
-                           chunk=chunk, decay=decay)
+                           chunk=chunk, decay=decay, order=order)
     dt = np.dtype(arith)
     B, G, T, dk = p.q.shape
     H = p.v.shape[1]
@@ -148,7 +162,7 @@ def run(kernel: str, dp: DeltaProblem, scale: float, *, arith: str = "float32",
     else:
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
             res = _IMPLS[kernel](qh, kh, v, beta, alpha if kernel == "scan" else la, h0, do,
-                                 dh_T, scale, mode, grads, int(chunk), decay)
+                                 dh_T, scale, mode, grads, int(chunk), decay, order)
     out = {"o": res[0], "h_T": res[1]}
     if grads:
         dq, dk_, dv, dbeta, dla, dh0 = res[2:]

@@ -3,13 +3,17 @@
 
 Every function is generic over the working dtype (float32 or float64): the arrays come in that
 dtype, ``z`` is a zero of it (every accumulator starts from it, so that no sum is promoted to
-float64), and every assignment into an array of it rounds. Every sum runs in one fixed order, one
-term after another (a matrix product ``C = A B`` as rows of axpys ``C[i, :] += A[i, p] B[p, :]``
-for p ascending, a dot product from its first term to its last), each product rounded before it
-is added: fastmath off lets LLVM neither contract a multiply-add nor reassociate, so that the
-bytes, and so the reference errors, are the same on every machine, whatever BLAS it has (none is
-called) and whatever number of threads. ``mode`` rounds every matrix-product operand first
-(``glaref.gla._baseline_scan.rnd``: 0 none, 1 tf32, 2 bfloat16, 3 float16; float32 arrays only).
+float64), and every assignment into an array of it rounds. Every sum runs in one fixed order,
+each product rounded before it is added: fastmath off lets LLVM neither contract a multiply-add
+nor reassociate, so that the bytes, and so the reference errors, are the same on every machine,
+whatever BLAS it has (none is called) and whatever number of threads. The scan's dot products
+(over dk, over dv, dbeta's over dv and dlog_alpha's over the dk dv terms of <S~_t, dS~_t>) sum in
+``order``, the orders of ``glaref.gla._baseline_scan.dot`` (0: eight interleaved partial sums
+combined in a fixed tree, 1: one term after another); the chunked form's sum one term after
+another (a matrix product ``C = A B`` as rows of axpys ``C[i, :] += A[i, p] B[p, :]`` for p
+ascending, a dot product from its first term to its last). ``mode`` rounds every matrix-product
+operand first (``glaref.gla._baseline_scan.rnd``: 0 none, 1 tf32, 2 bfloat16, 3 float16; float32
+arrays only).
 
 Determinism: workers (``glaref._numba_cache.run_workers``) take independent (batch, head) pairs,
 each with the same code whatever the number of threads; dq and dk come back per head, and the
@@ -24,9 +28,11 @@ import numpy as np
 from numba import get_num_threads
 
 from .._numba_cache import jit, note_compile, run_workers
-from ..gla._baseline_scan import rnd
+from ..gla._baseline_scan import checkpoints, dot, frob, rnd
 
 _jit = jit(fastmath=False, nogil=True)
+# ``dot``'s order number for one term after another: the chunked kernels' every dot product
+SEQUENTIAL = 1
 
 
 def n_workers(n_pairs: int) -> int:
@@ -45,38 +51,48 @@ def _op(x, mode):  # pragma: no cover - compiled
 
 
 @_jit
-def _vT_M(x, M, out, z):  # pragma: no cover - compiled
-    """out[j] = sum_i x[i] M[i, j], i ascending (x (m,), M (m, n))."""
-    for j in range(M.shape[1]):
-        out[j] = z
-    for i in range(M.shape[0]):
-        xi = x[i]
-        for j in range(M.shape[1]):
-            out[j] += xi * M[i, j]
+def _vT_M(x, M, out, P, order):  # pragma: no cover - compiled
+    """out[j] = x . M[:, j] (x (m,), M (m, n)), each column summed as
+    ``dot(x, M[:, j], acc, order)`` sums it, to the bit: ``order`` 1 one term after another, 0
+    in eight interleaved partial sums over i combined in ``dot``'s fixed tree. Formed for every
+    j at once along M's rows (no transposed copy, vector loops); P: (9, n) scratch, the partial
+    sums."""
+    m, n = M.shape
+    if order == 1:
+        for j in range(n):
+            out[j] = 0
+        for i in range(m):
+            xi = x[i]
+            for j in range(n):
+                out[j] += xi * M[i, j]
+        return
+    P[:, :] = 0
+    mm = m - m % 8
+    for a in range(0, mm, 8):
+        for lane in range(8):
+            xi = x[a + lane]
+            for j in range(n):
+                P[lane, j] += xi * M[a + lane, j]
+    for a in range(mm, m):
+        xi = x[a]
+        for j in range(n):
+            P[8, j] += xi * M[a, j]
+    for j in range(n):
+        out[j] = ((((P[0, j] + P[1, j]) + (P[2, j] + P[3, j]))
+                   + ((P[4, j] + P[5, j]) + (P[6, j] + P[7, j]))) + P[8, j])
 
 
 @_jit
-def _M_v(M, y, out, z):  # pragma: no cover - compiled
-    """out[i] = sum_j M[i, j] y[j], j ascending (M (m, n), y (n,))."""
+def _M_v(M, y, out, acc, order):  # pragma: no cover - compiled
+    """out[i] = M[i, :] . y (M (m, n), y (n,)), each a ``dot`` in ``order``."""
     for i in range(M.shape[0]):
-        s = z
-        for j in range(M.shape[1]):
-            s += M[i, j] * y[j]
-        out[i] = s
-
-
-@_jit
-def _dot(x, y, z):  # pragma: no cover - compiled
-    s = z
-    for a in range(x.shape[0]):
-        s += x[a] * y[a]
-    return s
+        out[i] = dot(M[i], y, acc, order)
 
 
 # ------------------------------------------------------------------------------------ scan
 
 @_jit
-def _scan_step(S, St, a, beta, k, v, r, u, p, mode, z):  # pragma: no cover - compiled
+def _scan_step(S, St, a, beta, k, v, r, u, p, mode, P, order):  # pragma: no cover - compiled
     """One step from S = S_{t-1}: St = S~_t = A_t S_{t-1}, p = S~_t^T k_t, r = v_t - p,
     u = beta_t r, and S <- S~_t + k_t u^T (S ends as S_t)."""
     dk, dv = S.shape
@@ -86,7 +102,7 @@ def _scan_step(S, St, a, beta, k, v, r, u, p, mode, z):  # pragma: no cover - co
         for j in range(dv):
             St[i, j] = ai * S[i, j]
     kr = _op(k, mode)
-    _vT_M(kr, _op(St, mode), p, z)
+    _vT_M(kr, _op(St, mode), p, P, order)
     for j in range(dv):
         r[j] = v[j] - p[j]
         u[j] = beta * r[j]
@@ -98,60 +114,58 @@ def _scan_step(S, St, a, beta, k, v, r, u, p, mode, z):  # pragma: no cover - co
 
 
 @_jit
-def _scan_fwd_rows(w, nw, qh, kh, v, beta, alpha, h0, scale, z, mode, o,
+def _step_buffers(dk, dv, dt):  # pragma: no cover - compiled
+    """The buffers of ``_scan_step`` in dtype dt: S, St (dk, dv), P (9, dv), r, u, p (dv,)."""
+    return (np.empty((dk, dv), dt), np.empty((dk, dv), dt), np.empty((9, dv), dt),
+            np.empty(dv, dt), np.empty(dv, dt), np.empty(dv, dt))
+
+
+@_jit
+def _scan_fwd_rows(w, nw, qh, kh, v, beta, alpha, h0, scale, mode, order, o,
                    hT):  # pragma: no cover - compiled
     """Worker w of nw: the (batch, head) pairs w, w + nw, ... of ``scan_forward``."""
     B, H, T, dk = qh.shape
     dv = v.shape[3]
-    S = np.empty((dk, dv), qh.dtype)
-    St = np.empty((dk, dv), qh.dtype)
-    r = np.empty(dv, qh.dtype)
-    u = np.empty(dv, qh.dtype)
-    p = np.empty(dv, qh.dtype)
+    S, St, P, r, u, p = _step_buffers(dk, dv, qh.dtype)
     for bh in range(w, B * H, nw):
         b, h = bh // H, bh % H
         S[:, :] = h0[b, h]
         for t in range(T):
             _scan_step(S, St, alpha[b, h, t], beta[b, h, t], kh[b, h, t], v[b, h, t], r, u, p,
-                       mode, z)
-            _vT_M(_op(qh[b, h, t], mode), _op(S, mode), p, z)
+                       mode, P, order)
+            _vT_M(_op(qh[b, h, t], mode), _op(S, mode), p, P, order)
             for j in range(dv):
                 o[b, h, t, j] = scale * p[j]
         hT[b, h] = S
 
 
-def scan_forward(qh, kh, v, beta, alpha, h0, scale, mode):
+def scan_forward(qh, kh, v, beta, alpha, h0, scale, mode, order):
     """(o, h_T) of the step-by-step scan; qh, kh per head (B, H, T, dk), alpha = exp(log_alpha)
-    (B, H, T, 1) for a scalar gate, (B, H, T, dk) for a vector gate, all in the working dtype."""
+    (B, H, T, 1) for a scalar gate, (B, H, T, dk) for a vector gate, all in the working dtype;
+    every dot product in ``order`` (``glaref.gla._baseline_scan.dot``: 0 lanes, 1 sequential)."""
     B, H, T, dk = qh.shape
     dt = qh.dtype
     o = np.empty(v.shape, dt)
     hT = np.empty(h0.shape, dt)
     run_workers(_scan_fwd_rows, n_workers(B * H), qh, kh, v, beta, alpha, h0, dt.type(scale),
-                dt.type(0), mode, o, hT)
+                mode, order, o, hT)
     return o, hT
 
 
 @_jit
-def _scan_vjp_rows(w, nw, qh, kh, v, beta, alpha, h0, do, dh_T, scale, z, mode, dq, dk_, dvv,
-                   dbeta, dla, dh0):  # pragma: no cover - compiled
+def _scan_vjp_rows(w, nw, qh, kh, v, beta, alpha, h0, do, dh_T, scale, mode, order, dq, dk_,
+                   dvv, dbeta, dla, dh0):  # pragma: no cover - compiled
     """Worker w of nw: the (batch, head) pairs w, w + nw, ... of ``scan_vjp``."""
     B, H, T, dk = qh.shape
     dv = v.shape[3]
     dt = qh.dtype
     g = alpha.shape[3]
-    C = max(1, int(math.sqrt(max(T, 1))))
-    nck = (T + C - 1) // C
-    ck = np.empty((max(nck, 1), dk, dv), dt)       # the state before steps 0, C, 2C, ...
-    blk = np.empty((C + 1, dk, dv), dt)            # one block's states, recomputed
-    S = np.empty((dk, dv), dt)
-    St = np.empty((dk, dv), dt)
+    C, nck, ck, blk = checkpoints(T, dk, dv, dt)   # blocks of ~sqrt(T) steps
+    S, St, P, r, u, p = _step_buffers(dk, dv, dt)
     Gt = np.empty((dk, dv), dt)
     D = np.empty((dk, dv), dt)
     Cc = np.empty((dk, dv), dt)
-    r = np.empty(dv, dt)
-    u = np.empty(dv, dt)
-    p = np.empty(dv, dt)
+    acc = np.empty(9, dt)
     sdo = np.empty(dv, dt)
     du = np.empty(dv, dt)
     wv = np.empty(dv, dt)
@@ -164,7 +178,7 @@ def _scan_vjp_rows(w, nw, qh, kh, v, beta, alpha, h0, do, dh_T, scale, z, mode, 
             if t % C == 0:
                 ck[t // C] = S
             _scan_step(S, St, alpha[b, h, t], beta[b, h, t], kh[b, h, t], v[b, h, t], r, u, p,
-                       mode, z)
+                       mode, P, order)
         Cc[:, :] = dh_T[b, h]
         for c in range(nck - 1, -1, -1):
             t0 = c * C
@@ -173,12 +187,12 @@ def _scan_vjp_rows(w, nw, qh, kh, v, beta, alpha, h0, do, dh_T, scale, z, mode, 
             for t in range(t0, t1):
                 blk[t - t0 + 1] = blk[t - t0]
                 _scan_step(blk[t - t0 + 1], St, alpha[b, h, t], beta[b, h, t], kh[b, h, t],
-                           v[b, h, t], r, u, p, mode, z)
+                           v[b, h, t], r, u, p, mode, P, order)
             for t in range(t1 - 1, t0 - 1, -1):
                 # S~_t, r_t, u_t again from S_{t-1} (the same operations: the same bits)
                 S[:, :] = blk[t - t0]
                 _scan_step(S, St, alpha[b, h, t], beta[b, h, t], kh[b, h, t], v[b, h, t], r, u,
-                           p, mode, z)
+                           p, mode, P, order)
                 a = alpha[b, h, t]
                 bt = beta[b, h, t]
                 k = kh[b, h, t]
@@ -191,22 +205,22 @@ def _scan_vjp_rows(w, nw, qh, kh, v, beta, alpha, h0, do, dh_T, scale, z, mode, 
                     qi = qr[i]
                     for j in range(dv):
                         Gt[i, j] = Cc[i, j] + qi * dr[j]
-                _M_v(_op(blk[t - t0 + 1], mode), dr, xk, z)
+                _M_v(_op(blk[t - t0 + 1], mode), dr, xk, acc, order)
                 for i in range(dk):
                     dq[b, h, t, i] = xk[i]
                 # du = G_t^T k_t;  dv = beta du;  dbeta = r . du
                 kr = _op(k, mode)
                 Gr = _op(Gt, mode)
-                _vT_M(kr, Gr, du, z)
+                _vT_M(kr, Gr, du, P, order)
                 for j in range(dv):
                     dvv[b, h, t, j] = bt * du[j]
                     wv[j] = bt * du[j]
-                dbeta[b, h, t] = _dot(r, du, z)
+                dbeta[b, h, t] = dot(r, du, acc, order)
                 # dk = G_t u - S~_t (beta du);  dS~ = G_t - k (beta du)^T
                 wr = _op(wv, mode)
-                _M_v(Gr, _op(u, mode), xk, z)
+                _M_v(Gr, _op(u, mode), xk, acc, order)
                 Str = _op(St, mode)
-                _M_v(Str, wr, yk, z)
+                _M_v(Str, wr, yk, acc, order)
                 for i in range(dk):
                     dk_[b, h, t, i] = xk[i] - yk[i]
                 for i in range(dk):
@@ -216,13 +230,10 @@ def _scan_vjp_rows(w, nw, qh, kh, v, beta, alpha, h0, do, dh_T, scale, z, mode, 
                 # dlog_alpha = <S~_t, dS~_t> (per row for a vector gate);  C_{t-1} = A_t dS~_t
                 Dr = _op(D, mode)
                 if g == 1:
-                    s = z
-                    for i in range(dk):
-                        s += _dot(Str[i], Dr[i], z)
-                    dla[b, h, t, 0] = s
+                    dla[b, h, t, 0] = frob(Str, Dr, order)
                 else:
                     for i in range(dk):
-                        dla[b, h, t, i] = _dot(Str[i], Dr[i], z)
+                        dla[b, h, t, i] = dot(Str[i], Dr[i], acc, order)
                 for i in range(dk):
                     ai = a[i] if g > 1 else a[0]
                     for j in range(dv):
@@ -236,13 +247,15 @@ def _grad_buffers(*inputs):
     return tuple(np.empty(x.shape, inputs[0].dtype) for x in inputs)
 
 
-def scan_vjp(qh, kh, v, beta, alpha, h0, do, dh_T, scale, mode):
+def scan_vjp(qh, kh, v, beta, alpha, h0, do, dh_T, scale, mode, order):
     """(dq, dk per head, dv, dbeta, dlog_alpha (B, H, T, g), dh0) of the scan's reverse sweep
     (docs/math_delta.md, section 2), the states recomputed from checkpoints every ~sqrt(T)
-    steps by the forward's own operations."""
+    steps by the forward's own operations; every dot product, dbeta's over dv and dlog_alpha's
+    over the dk dv terms of <S~_t, dS~_t> (``glaref.gla._baseline_scan.frob``; per row for a vector
+    gate) included, in ``order``."""
     grads = _grad_buffers(qh, kh, v, beta, alpha, h0)
     run_workers(_scan_vjp_rows, n_workers(qh.shape[0] * qh.shape[1]), qh, kh, v, beta, alpha,
-                h0, do, dh_T, qh.dtype.type(scale), qh.dtype.type(0), mode, *grads)
+                h0, do, dh_T, qh.dtype.type(scale), mode, order, *grads)
     return grads
 
 
@@ -318,21 +331,22 @@ def _prep(q, k, v, be, la, L, form, mode, z, E, eb, er, Ke, Qd, Kr, KK, A, Tm, K
     qr = _op(q, mode)
     kr = _op(k, mode)
     KD = np.empty((L, dk), q.dtype)
+    dacc = np.empty(9, q.dtype)
     for i in range(L):
         if g == 1:
             for j in range(i + 1):
-                A[i, j] = E[i, j, 0] * _dot(qr[i], kr[j], z)
+                A[i, j] = E[i, j, 0] * dot(qr[i], kr[j], dacc, SEQUENTIAL)
                 if j < i:
-                    KK[i, j] = E[i, j, 0] * _dot(kr[i], kr[j], z)
+                    KK[i, j] = E[i, j, 0] * dot(kr[i], kr[j], dacc, SEQUENTIAL)
         else:
             for j in range(i + 1):
                 for d in range(dk):
                     KD[j, d] = k[j, d] * E[i, j, d]
             KDr = _op(KD, mode)
             for j in range(i + 1):
-                A[i, j] = _dot(qr[i], KDr[j], z)
+                A[i, j] = dot(qr[i], KDr[j], dacc, SEQUENTIAL)
                 if j < i:
-                    KK[i, j] = _dot(kr[i], KDr[j], z)
+                    KK[i, j] = dot(kr[i], KDr[j], dacc, SEQUENTIAL)
     # Tm = (I + L)^-1, L = diag(beta) KK: row i of Tm is e_i - sum_{m < i} L[i, m] Tm[m]
     for i in range(L):
         for j in range(L):
@@ -367,6 +381,18 @@ def _row_times(acc, X, i, Y, n, z):  # pragma: no cover - compiled
         w = X[i, d]
         for c in range(acc.shape[0]):
             acc[c] += w * Y[d, c]
+
+
+@_jit
+def _col_times(acc, X, j, Y, L, z):  # pragma: no cover - compiled
+    """acc = X[j:L, j]^T Y[j:L, :] (column j of a lower triangular X^T Y), i from j to L - 1 one
+    term after another from zero ``z``."""
+    for c in range(acc.shape[0]):
+        acc[c] = z
+    for i in range(j, L):
+        w = X[i, j]
+        for c in range(acc.shape[0]):
+            acc[c] += w * Y[i, c]
 
 
 @_jit
@@ -495,35 +521,27 @@ def _chunk_backward(S, dSn, sdo, L, q, k, v, be, E, eb, er, Ke, Qd, Kr, KK, A, T
     Wr = _op(W, mode)
     Qr = _op(Qd, mode)
     dU = np.empty((L, dv), dt)
+    dacc = np.empty(9, dt)
     acc = np.empty(dv, dt)
     acc2 = np.empty(dv, dt)
     for j in range(L):
-        for c in range(dv):
-            acc[c] = z
-            acc2[c] = z
-        for i in range(j, L):
-            a = Ar[i, j]
-            for c in range(dv):
-                acc[c] += a * sdor[i, c]
-        for d in range(dkk):
-            x = Krr[j, d]
-            for c in range(dv):
-                acc2[c] += x * dSnr[d, c]
+        _col_times(acc, Ar, j, sdor, L, z)
+        _row_times(acc2, Krr, j, dSnr, dkk, z)
         for c in range(dv):
             dU[j, c] = acc[c] + acc2[c]
     dUr = _op(dU, mode)
     dA = np.zeros((L, L), dt)
     for i in range(L):
         for j in range(i + 1):
-            dA[i, j] = _dot(sdor[i], Ur[j], z)
+            dA[i, j] = dot(sdor[i], Ur[j], dacc, SEQUENTIAL)
     dQd = np.empty((L, dkk), dt)
     dKr = np.empty((L, dkk), dt)
     dW = np.empty((L, dkk), dt)
     tmp = np.empty(dkk, dt)
     for i in range(L):
-        _M_v(Sr, sdor[i], dQd[i], z)
-        _M_v(dSnr, Ur[i], dKr[i], z)
-        _M_v(Sr, dUr[i], tmp, z)
+        _M_v(Sr, sdor[i], dQd[i], dacc, SEQUENTIAL)
+        _M_v(dSnr, Ur[i], dKr[i], dacc, SEQUENTIAL)
+        _M_v(Sr, dUr[i], tmp, dacc, SEQUENTIAL)
         for d in range(dkk):
             dW[i, d] = -tmp[d]
     for d in range(dkk):
@@ -546,7 +564,8 @@ def _chunk_backward(S, dSn, sdo, L, q, k, v, be, E, eb, er, Ke, Qd, Kr, KK, A, T
     dT = np.zeros((L, L), dt)
     for i in range(L):
         for j in range(i + 1):
-            dT[i, j] = _dot(dUr[i], VBr[j], z) + _dot(dWr[i], KBr[j], z)
+            dT[i, j] = (dot(dUr[i], VBr[j], dacc, SEQUENTIAL)
+                        + dot(dWr[i], KBr[j], dacc, SEQUENTIAL))
     Tmr = _op(Tm[:L, :L].copy(), mode)
     dTr = _op(dT, mode)
     Y = np.empty((L, L), dt)
@@ -572,22 +591,15 @@ def _chunk_backward(S, dSn, sdo, L, q, k, v, be, E, eb, er, Ke, Qd, Kr, KK, A, T
     dVB = np.empty((L, dv), dt)
     tk = np.empty(dkk, dt)
     for j in range(L):
-        for d in range(dkk):
-            tk[d] = z
-        for c in range(dv):
-            acc[c] = z
-        for i in range(j, L):
-            t = Tmr[i, j]
-            for d in range(dkk):
-                tk[d] += t * dWr[i, d]
-            for c in range(dv):
-                acc[c] += t * dUr[i, c]
+        _col_times(tk, Tmr, j, dWr, L, z)
+        _col_times(acc, Tmr, j, dUr, L, z)
         for d in range(dkk):
             dKB[j, d] = tk[d]
         for c in range(dv):
             dVB[j, c] = acc[c]
             dv_[j, c] = be[j] * acc[c]
-        dbeta[j] = dbeta[j] + _dot(dVB[j], v[j], z) + _dot(dKB[j], Ke[j], z)
+        dbeta[j] = (dbeta[j] + dot(dVB[j], v[j], dacc, SEQUENTIAL)
+                    + dot(dKB[j], Ke[j], dacc, SEQUENTIAL))
     # dq, dk
     for i in range(L):
         for d in range(dkk):
@@ -624,7 +636,7 @@ def _chunk_backward(S, dSn, sdo, L, q, k, v, be, E, eb, er, Ke, Qd, Kr, KK, A, T
     for d in range(dkk):
         gi = d if g > 1 else 0
         el = eb[L - 1, d] if g > 1 else eb[L - 1, 0]
-        Xl[gi] += el * _dot(S[d], dSn[d], z)
+        Xl[gi] += el * dot(S[d], dSn[d], dacc, SEQUENTIAL)
     st = np.zeros((L, g), dt)
     run = np.empty(g, dt)
     x = np.empty(g, dt)

@@ -194,6 +194,17 @@ def forward(qh, kh, v, la, h0, scale, mode_o, mode_s, order):
 
 
 @_jit
+def checkpoints(T, dk, dv, dt):  # pragma: no cover - compiled
+    """The storage of a checkpointed reverse sweep over T steps of a (dk, dv) state in dtype
+    dt: blocks of C ~ sqrt(T) steps, nck of them; ck for the state before steps 0, C, 2C, ...
+    and blk for one block's C + 1 states, recomputed from its checkpoint. Returns
+    (C, nck, ck, blk); both families' scans use it."""
+    C = max(1, int(math.sqrt(max(T, 1))))
+    nck = (T + C - 1) // C
+    return C, nck, np.empty((max(nck, 1), dk, dv), dt), np.empty((C + 1, dk, dv), dt)
+
+
+@_jit
 def _vjp_rows(w, n_workers, qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s, order, dq, dk_,
               dvv, dla, dh0):  # pragma: no cover - compiled
     """Worker w of n_workers: the (batch, head) pairs w, w + n_workers, ... of ``vjp``."""
@@ -201,13 +212,9 @@ def _vjp_rows(w, n_workers, qh, kh, v, la, h0, do, dh_T, scale, mode_o, mode_s, 
     dv = v.shape[3]
     dt = qh.dtype
     g = la.shape[3]
-    C = max(1, int(math.sqrt(max(T, 1))))
-    nck = (T + C - 1) // C
-    # checkpoints: the state before steps 0, C, 2C, ...
-    ck = np.empty((max(nck, 1), dk, dv), dt)
+    C, nck, ck, blk = checkpoints(T, dk, dv, dt)
     S = np.empty((dk, dv), dt)
     Gc = np.empty((dk, dv), dt)
-    blk = np.empty((C + 1, dk, dv), dt)
     Gt = np.empty((dk, dv), dt)
     tmp_k = np.empty(dk, dt)
     tmp_v = np.empty(dv, dt)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .._audit._designs import Design, Yardstick
+from .._audit._designs import SCAN_SEQUENTIAL, Design, Table, Yardstick
 from ._baseline import CHUNK, CHUNK_WIDE
 
 __all__ = ["DESIGNS", "SCAN_SEQUENTIAL", "chunk_cumsum", "identity", "yardstick"]
@@ -57,14 +57,6 @@ def identity(design: Design) -> Design:
                           f"{design.chunk} steps{cumsum} (flash-linear-attention's chunk kernels)")
 
 
-# the field's step-by-step design: every dot product (over dk, dv, and the dk dv terms of
-# <S_{t-1}, G_t>) summed term by term, the loosest order compilers use (XLA's CPU backend)
-SCAN_SEQUENTIAL = Design("scan", None, "a step-by-step scan summing term by term",
-                         order="sequential",
-                         family="a step-by-step scan whose dot products sum term by term "
-                                "(XLA's sequential reductions)")
-
-
 DESIGNS: dict[str, Design] = {
     "scan": Design("scan", None, "a step-by-step scan"),
     "chunked": Design("chunked", CHUNK, f"{CHUNK}-step chunks"),
@@ -91,7 +83,7 @@ def yardstick(chunk_size: int | None, decay_form: str | None = None,
     the most accurate correct design. Undeclared, every chunked reference above computing
     dlog_alpha by the identity widens dlog_alpha's envelope (``identity``): an identity kernel
     that does not say so reads less accurate, never FAIL."""
-    stick = _structure(chunk_size, decay_form)
+    stick = TABLE.structure(chunk_size, decay_form)
     if dlog_alpha_form == "identity":
         return replace(stick, dlog_alpha_form="identity")
     if dlog_alpha_form is not None:
@@ -102,19 +94,5 @@ def yardstick(chunk_size: int | None, decay_form: str | None = None,
                    field=stick.field + tuple(chunked))
 
 
-def _structure(chunk_size: int | None, decay_form: str | None) -> Yardstick:
-    """The yardstick of every output for a kernel's chunking and decay form (``yardstick``)."""
-    if chunk_size == 1:
-        return Yardstick({"scan": DESIGNS["scan"], "scan_sequential": SCAN_SEQUENTIAL}, "scan",
-                         field=("scan_sequential",))
-    if chunk_size is not None:
-        if decay_form == "chunk_cumsum":
-            return Yardstick({"chunked_cumsum": chunk_cumsum(chunk_size)}, "chunked_cumsum")
-        seg = {"chunked": Design("chunked", chunk_size, f"{chunk_size}-step chunks")}
-        if decay_form == "segment_sums":
-            return Yardstick(seg, "chunked")
-        return Yardstick({**seg, "chunked_cumsum": chunk_cumsum(chunk_size)}, "chunked",
-                         field=("chunked_cumsum",))
-    return Yardstick({**DESIGNS, "chunked_cumsum": chunk_cumsum(CHUNK),
-                      "scan_sequential": SCAN_SEQUENTIAL}, "chunked", ("scan", "chunked_wide"),
-                     field=("chunked_cumsum", "scan_sequential"))
+# the scalar gate's table
+TABLE = Table(DESIGNS, lambda C: Design("chunked", C, f"{C}-step chunks"), chunk_cumsum)
