@@ -175,8 +175,8 @@ def _probe(a: _Audit, subject: Subject, where: _records.Where, m, problem,
 
 # audit's keywords beyond its named parameters: the kernels' claims (glaref._claims.parse), and
 # how the rows are run, with their defaults
-CLAIMS = ("dtype", "layout", "chunk_size", "accumulate_dtype", "dlog_alpha_form", "decay_form",
-          "gate", "strict", "recurrence")
+CLAIMS = ("dtype", "layout", "chunk_size", "accumulate_dtype", "operand_dtype",
+          "dlog_alpha_form", "decay_form", "gate", "strict", "recurrence")
 RUN_DEFAULTS = {"precision": "default", "backend": None, "repeats": None, "scale": 1.0,
                 "oracle_impl": None, "cu_seqlens": None, "memory_guard": True, "shard": None,
                 "probes": None}
@@ -189,7 +189,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     """Audit JAX kernels against the float64 oracle; returns one record per row.
 
     Keywords beyond the named parameters (``options``): the kernels' claims (``CLAIMS``: dtype,
-    layout, chunk_size, accumulate_dtype, dlog_alpha_form, gate) and how the rows run
+    layout, chunk_size, accumulate_dtype, operand_dtype, dlog_alpha_form, gate) and how the rows run
     (``RUN_DEFAULTS``: precision, backend, repeats, scale, oracle_impl, cu_seqlens, memory_guard,
     shard, probes); any other keyword is a TypeError naming it.
 
@@ -220,7 +220,11 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     accumulates and carries its states in; None: float32, what production kernels do; pass the
     input dtype itself, e.g. "bfloat16", for a kernel that rounds everything to it, whose bound
     is then usually infinite, so only non-finite values fail). Built-in kernels carry their own
-    (chunked: 64, scan: 1, both accumulating in float32). ``dlog_alpha_form``: how a user kernel
+    (chunked: 64, scan: 1, both accumulating in float32). ``operand_dtype``: the format a user
+    kernel rounds its matmul operands to beyond its dtype (e.g. "bfloat16" for a float32 kernel
+    that casts both sides of each dot, or a bfloat16 one that casts its float32 intermediates back
+    before the next dot); the reference kernels then round theirs to it too, and budget_ulps is
+    in its units. ``dlog_alpha_form``: how a user kernel
     computes dlog_alpha, "identity" (the reverse-cumsum identity of flash-linear-attention's
     chunk kernels) or "direct" (the genuine terms of alpha_t <S_{t-1}, G_t>: a scan, autodiff of
     segment sums); None: unknown, held to the direct form's references (the most accurate), the
