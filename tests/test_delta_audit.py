@@ -126,6 +126,12 @@ def test_a_kernel_rounding_its_operands_to_bfloat16_is_judged_as_it_claims(capsy
                  "--operand-dtype", "bfloat16", "--config", SMALL, "--seq", "40", "--mode",
                  "fwd_bwd", "--regime", "converged", "--repeats", "0", "--no-progress"]) == 0, \
         capsys.readouterr().out
+    # a built-in kernel audited beside it keeps its own arithmetic (no operand rounding)
+    recs = _audit(["scan", dm.bf16_operands], chunk_size=1, operand_dtype="bfloat16",
+                  regimes="standard")
+    assert [(r["impl"], r["ok"], r.get("operand_dtype")) for r in recs] == [
+        ("scan", True, None), ("bf16_operands", True, "bfloat16")]
+    assert max(recs[0]["reference_ratio"].values()) > 1 / tol("calibrated_ratio")
     # a claim is trusted: a float32 kernel claiming bfloat16 operands is ok, its error far
     # below that of the bfloat16-operand references its claim holds it to
     (rec,) = _audit(dm.autodiff_scan, chunk_size=1, operand_dtype="bfloat16", regimes="standard")

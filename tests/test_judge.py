@@ -390,6 +390,17 @@ def jax_operand_kernel(operand):
     return kernel
 
 
+def test_tf32_compute_keeps_a_coarser_claimed_operand_format():
+    # float32 matmuls on an NVIDIA GPU at default precision round operands to TF32; a kernel
+    # that rounds them to bfloat16 first has bfloat16 operands (exact in TF32)
+    from glaref._verdict import reference_arithmetic
+
+    assert reference_arithmetic("tf32", None, "bfloat16") == \
+        {"arith": "float32", "operand": "bfloat16", "storage": None}
+    for operand in (None, "float32", "tf32", "float16"):     # no coarser than TF32
+        assert reference_arithmetic("tf32", None, operand)["operand"] == "tf32"
+
+
 def test_a_jax_kernel_may_claim_its_operand_dtype():
     pytest.importorskip("jax", reason="jax is not installed (pip install 'glaref[jax]')")
     import jax.numpy as jnp
