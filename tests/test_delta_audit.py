@@ -4,9 +4,10 @@ mutant of ``delta_mutants`` fails one, a kernel claiming its bfloat16 operands i
 claims, and the CLI runs the family end to end. Sweeps (the zoo at T = 65 and 130, the seed
 configs at T = 512 and 2048) under ``-m slow``.
 
-Every audit compiles its kernels afresh; here jax's persistent compilation cache (the module's
-fixture, in a temporary folder) lets the audits of a kernel's other seeds load its program
-instead: the same program (same kernel, shapes and dtype) is compiled once per process."""
+The zoo's seeds run in one engine call per dtype (``_audit_seeds``), which traces and compiles
+each kernel once for all of them; and jax's persistent compilation cache (the module's fixture,
+in a temporary folder) lets the other tests load a program compiled before (same kernel, shapes
+and dtype) instead of compiling it afresh."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from jax.experimental.compilation_cache import compilation_cache  # noqa: E402
 
 import glaref  # noqa: E402
 from glaref._audit import _args  # noqa: E402
+from glaref._audit._engine import JaxOptions, audit_jax  # noqa: E402
 from glaref._audit._presets import SEED_CONFIGS  # noqa: E402
+from glaref._claims import parse  # noqa: E402
 from glaref.cli import main  # noqa: E402
 from glaref.delta._family import AUDIT_REGIMES, DELTA  # noqa: E402
 from glaref.testing import check_kernel  # noqa: E402
@@ -83,21 +86,38 @@ def test_the_family_plugs_in_by_name_and_its_options_are_checked_once():
         glaref.audit(["scan"], SMALL, [5], recurrence="delta", regimes="near_one")
 
 
+def _audit_seeds(kernels, seeds, dtype):
+    """The records of ``glaref.audit(kernels, SMALL, [40], **FAST, dtype=dtype)`` at every seed
+    of ``seeds``, run by one engine call (``audit_jax`` with a row set per seed): each kernel is
+    traced and compiled once for all the seeds, and the kernels share each problem's oracle."""
+    fam = _args.family("delta")
+    rows = [_args.rows(_args.check_preset("quick", fam), configs=SMALL, seqs=[40],
+                       modes=FAST["modes"], regimes=REGIMES, seed=seed, fam=fam)
+            for seed in seeds]
+    claims = parse(dtype=dtype, recurrence="delta")
+    return [r.to_json() for r in audit_jax(kernels, rows, claims, JaxOptions(repeats=0))]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_zoo_passes_every_default_regime_at_five_seeds(dtype, record_property):
-    # one audit per seed: the kernels share each problem's oracle and reference kernels
-    worst = {}
-    for seed in SEEDS:
-        recs = _audit(list(dm.ZOO.values()), seed=seed, dtype=dtype)
-        assert sorted((r["impl"], r["regime"], r["seed"], r["dtype"]) for r in recs) == sorted(
-            (f"{k.__qualname__}", g, seed, dtype) for k in dm.ZOO.values() for g in AUDIT_REGIMES)
-        assert not _failing(recs), (seed, [(r["impl"], r["failures"]) for r in recs])
-        for r in recs:
-            worst[r["impl"]] = max(worst.get(r["impl"], 0.0), _worst([r]))
+    recs = _audit_seeds(list(dm.ZOO.values()), SEEDS, dtype)
+    assert sorted((r["impl"], r["regime"], r["seed"], r["dtype"]) for r in recs) == sorted(
+        (k.__qualname__, g, seed, dtype) for k in dm.ZOO.values() for g in AUDIT_REGIMES
+        for seed in SEEDS)
+    assert not _failing(recs), [(r["impl"], r["seed"], r["failures"]) for r in recs]
     for r in recs:       # every output and gradient judged, beta's included, and a header key
         assert set(r["reference_ratio"]) == set(OUTS)
         assert r["recurrence"] == "delta" and r["budget_bound"]["beta"] == float("inf")
+    worst = {k.__qualname__: _worst([r for r in recs if r["impl"] == k.__qualname__])
+             for k in dm.ZOO.values()}
     record_property("worst_of_allowed", worst)
+
+
+def test_one_engine_call_runs_the_same_rows_at_several_seeds_as_separate_audits():
+    together = _audit_seeds([dm.ZOO["scan"]], (3, 4), "float32")
+    apart = _audit([dm.ZOO["scan"]], seed=3) + _audit([dm.ZOO["scan"]], seed=4)
+    assert [(r["seed"], r["regime"], r["rel_err_out"], r["rel_err_grads"]) for r in together] == \
+        [(r["seed"], r["regime"], r["rel_err_out"], r["rel_err_grads"]) for r in apart]
 
 
 @pytest.mark.slow

@@ -303,13 +303,21 @@ def check_probes(probes) -> tuple[str, ...]:
     return tuple(_args.choices("probes", probes, _probes.PROBES))
 
 
-def audit_jax(impls: list, rows: _args.Rows, claims: Claims,
+def audit_jax(impls: list, rows: _args.Rows | list[_args.Rows], claims: Claims,
               how: JaxOptions) -> list[_records.Record]:
     """The records of JAX kernels ``impls`` (checked arguments: the faces :func:`audit` and
     ``glaref.testing.check_kernel`` parse them); ``how.on_record`` receives each one's JSON
-    form."""
+    form. ``rows`` may be several row sets of one family and scale (the same rows at several
+    seeds, say), run one after the other by one runner: each kernel is traced and compiled once
+    per shape for all of them (the JSON report's header is the first set's)."""
     if not impls:
         raise AuditUsageError("impl: got no kernel", argument="impl")
+    row_sets = [rows] if isinstance(rows, _args.Rows) else list(rows)
+    rows = row_sets[0]
+    if any((r.family, r.scale, r.packing is None) != (rows.family, rows.scale,
+                                                       rows.packing is None) for r in row_sets):
+        raise AuditUsageError("rows: got row sets of different families, scales or packing, "
+                              "expected one of each", argument="rows")
     _args.check_user_claims(impls, claims)
     jax = _device.import_jax()
     device = _device.select_device(how.backend)
@@ -329,10 +337,12 @@ def audit_jax(impls: list, rows: _args.Rows, claims: Claims,
         writer = _report.JsonWriter(how.json_path, header) if how.json_path else None
         if writer:
             writer.write()
-        sink = _Sink(len(rows.plan()) * len(rows.modes) * len(subjects), writer, how.on_record,
-                     how.progress)
+        sink = _Sink(sum(len(r.plan()) * len(r.modes) for r in row_sets) * len(subjects), writer,
+                     how.on_record, how.progress)
         host = _device.host_available_bytes() if how.memory_guard else None
-        return run_rows(_Audit(runner, subjects, rows, claims, host, how.probes), sink)
+        for r in row_sets:
+            run_rows(_Audit(runner, subjects, r, claims, host, how.probes), sink)
+        return sink.records
 
 
 def audit_kernel(kernel: Callable, rows: _args.Rows, claims: Claims, *, framework: str,
