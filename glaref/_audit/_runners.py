@@ -131,7 +131,8 @@ class JaxRunner:
         # of other regimes and seeds reuse it); packed rows, whose offsets are baked in, never
         self._programs: dict[tuple, tuple[Any, float]] = {}
         # likewise what tracing tells of a kernel at given input shapes: its output structure
-        # (jax.eval_shape) and the bytes of its vjp residuals, traced once, not once per row
+        # (jax.eval_shape) and the bytes of its vjp residuals, traced once, not once per row;
+        # and each compiled program's XLA memory
         self._traced: dict[tuple, Any] = {}
 
     def precision_ctx(self):
@@ -177,7 +178,7 @@ class JaxRunner:
             compiled, m.fields["compile_s"] = self._programs[key]
             if key is None:
                 del self._programs[None]
-            mem = _timing.memory(compiled)
+            mem = self._trace(key, "memory", lambda c=compiled: _timing.memory(c))
             m.fields.update(mem)
             m.failure = self._over_memory(mem)
             if m.failure:
@@ -208,8 +209,8 @@ class JaxRunner:
         return m
 
     def _trace(self, sig: tuple | None, what: str, run: Callable[[], Any]) -> Any:
-        """``run()``, once per kernel and input signature ``sig`` (None: a packed row, never
-        kept) for ``what`` it traces."""
+        """``run()``, once per kernel and input signature ``sig`` (or program key; None: a
+        packed row, never kept) for ``what`` it measures."""
         if sig is None:
             return run()
         if (sig, what) not in self._traced:
