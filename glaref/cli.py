@@ -39,8 +39,8 @@ PROG = "glaref"
 _FLAGS = {"impl": "--impl", "config": "--config", "seq": "--seq", "mode": "--mode",
           "dtype": "--dtype", "precision": "--precision", "backend": "--backend",
           "repeats": "--repeats", "chunk_size": "--chunk-size",
-          "accumulate_dtype": "--accumulate-dtype", "dlog_alpha_form": "--dlog-alpha-form",
-          "seed": "--seed", "regime": "--regime",
+          "accumulate_dtype": "--accumulate-dtype", "operand_dtype": "--operand-dtype",
+          "dlog_alpha_form": "--dlog-alpha-form", "seed": "--seed", "regime": "--regime",
           "preset": "--preset", "oracle_impl": "--oracle", "json_path": "--json",
           "layout": "--layout", "scale": "--scale", "gate": "--gate",
           "cu_seqlens": "--cu-seqlens", "shard": "--shard", "decay_form": "--decay-form",
@@ -109,6 +109,12 @@ def _parser() -> _Parser:
                    "input dtype itself (e.g. bfloat16) for a kernel that rounds everything to "
                    "it: that leaves almost no bound (only non-finite values fail). Built-in "
                    "kernels accumulate in float32")
+    a.add_argument("--operand-dtype", choices=("float32", "tf32", "float16", "bfloat16"),
+                   help="user kernels: the format they round their matmul operands to beyond "
+                   "their dtype (e.g. bfloat16 for a kernel that casts both sides of each dot, or "
+                   "its float32 intermediates before the next dot); the reference kernels then "
+                   "round theirs too. Default: none beyond the dtype (and TF32 on NVIDIA GPUs at "
+                   "default precision)")
     a.add_argument("--dlog-alpha-form", choices=("identity", "direct"), help="user kernels: how "
                    "they compute dlog_alpha: identity (the reverse cumsum of q.dq - k.dk, as "
                    "flash-linear-attention's chunk kernels do) or direct (the terms of "
@@ -232,7 +238,8 @@ def _audit(ns: argparse.Namespace) -> int:
               precision=ns.precision, backend=ns.backend, layout=ns.layout, scale=ns.scale,
               repeats=ns.repeats, seed=ns.seed, regimes=ns.regime, json_path=ns.json,
               oracle_impl=ns.oracle, chunk_size=ns.chunk_size,
-              accumulate_dtype=ns.accumulate_dtype, dlog_alpha_form=ns.dlog_alpha_form,
+              accumulate_dtype=ns.accumulate_dtype, operand_dtype=ns.operand_dtype,
+              dlog_alpha_form=ns.dlog_alpha_form,
               decay_form=ns.decay_form, strict=ns.strict,
               gate=ns.gate, cu_seqlens=ns.cu_seqlens, shard=ns.shard, probes=ns.probes,
               recurrence=ns.recurrence,

@@ -4,8 +4,11 @@
         glaref_check(my_kernel, chunk_size=64)
 
 Fixture ``glaref_check``: :func:`glaref.testing.check_kernel` with the command-line options
-``--glaref-regimes`` (default: check_kernel's own, standard, strong_decay and near_one) and
-``--glaref-dtype`` (default "float32") as its defaults; arguments given in the call win. Marker
+``--glaref-regimes`` (default: check_kernel's own, those of the kernel's recurrence) and
+``--glaref-dtype`` (default "float32") as its defaults; arguments given in the call win. A gated
+delta rule kernel is checked with ``glaref_check(kernel, recurrence="delta")``, and
+``--glaref-regimes`` takes the names of either recurrence's regimes (``glaref.regimes.REGIMES``,
+``glaref.delta.regimes.REGIMES``), each test's check refusing those not of its own. Marker
 ``glaref``: tests that audit a kernel against the glaref oracle (``pytest -m glaref`` selects
 them).
 
@@ -26,9 +29,10 @@ __all__ = ["glaref_check", "pytest_addoption", "pytest_configure"]
 def pytest_addoption(parser):
     group = parser.getgroup("glaref", "glaref: kernels checked against the float64 oracle")
     group.addoption("--glaref-regimes", default=None, metavar="NAMES",
-                    help="comma-separated input regimes (glaref.regimes.REGIMES) the glaref_check "
-                         "fixture audits kernels on (default: check_kernel's, standard, "
-                         "strong_decay and near_one)")
+                    help="comma-separated input regimes the glaref_check fixture audits kernels "
+                         "on (glaref.regimes.REGIMES; for recurrence='delta' kernels "
+                         "glaref.delta.regimes.REGIMES; default: check_kernel's, those of the "
+                         "kernel's recurrence)")
     group.addoption("--glaref-dtype", default="float32", metavar="DTYPE",
                     help="input dtype the glaref_check fixture feeds kernels (default: float32)")
 
@@ -40,13 +44,15 @@ def pytest_configure(config):
     dtype = config.getoption("glaref_dtype", default="float32")
     if regimes is not None or dtype != "float32":
         from glaref._inputs import DTYPES
+        from glaref.delta.regimes import REGIMES as DELTA_REGIMES
         from glaref.regimes import REGIMES
 
+        known = sorted(set(REGIMES) | set(DELTA_REGIMES))
         names = [r.strip() for r in str(regimes or "standard").split(",") if r.strip()]
-        bad = [r for r in names if r not in REGIMES]
+        bad = [r for r in names if r not in known]
         if bad or not names:
             raise pytest.UsageError(f"--glaref-regimes: got {regimes!r}, expected comma-separated "
-                                    f"names from {sorted(REGIMES)}")
+                                    f"names from {known}")
         if dtype not in DTYPES:
             raise pytest.UsageError(f"--glaref-dtype: got {dtype!r}, expected one of {DTYPES}")
 

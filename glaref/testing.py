@@ -112,8 +112,7 @@ def _run_check(kernel, framework, rows, claims: Claims, *, backend, precision, d
     ``audit_kernel``."""
     fw = _framework(kernel, framework)
     if fw == "jax":
-        for name, value in (("compute_dtype", claims.compute_dtype), ("device", device),
-                            ("operand_dtype", claims.operand_dtype)):
+        for name, value in (("compute_dtype", claims.compute_dtype), ("device", device)):
             if value is not None:
                 raise AuditUsageError(f"{name}: got {value!r} for a JAX kernel, expected None (the "
                                       "audit derives the arithmetic from dtype, precision and "
@@ -191,10 +190,12 @@ def check_kernel(kernel: Callable | str, *, framework: str | None = None,
         delta rule of ``glaref.delta``, a kernel ``(q, k, v, beta, log_alpha, h0) -> o |
         (o, h_T)`` of any framework
         judged on its family's regimes, default standard, strong_decay, converged and
-        beta_two, by the calibrated tier alone), and
-        for torch and NumPy kernels compute_dtype (default ``dtype``; "tf32" for float32 matmuls
-        run as TF32, e.g. a Triton ``tl.dot``) and operand_dtype (the format it rounds its matmul
-        operands to beyond ``dtype``, e.g. "bfloat16" for FLA's bfloat16 Triton kernels).
+        beta_two, by the calibrated tier alone), operand_dtype (the format it rounds its matmul
+        operands to beyond ``dtype``, e.g. "bfloat16" for FLA's bfloat16 Triton kernels or a JAX
+        kernel that casts its operands to bfloat16 before each dot: the reference kernels then
+        round theirs to it too), and for torch and NumPy kernels compute_dtype (default
+        ``dtype``; "tf32" for float32 matmuls run as TF32, e.g. a Triton ``tl.dot``; a JAX
+        kernel's follows from dtype, precision and backend).
 
     Returns
     -------

@@ -47,23 +47,29 @@ def _scanned(step, q, k, v, beta, log_alpha, h0):
 
 
 def scan_autodiff(q, k, v, beta, log_alpha, h0, scale=1.0, *, decay_after=False,
-                  residual_bf16=False, stop_state=False):
+                  residual_bf16=False, stop_state=False, operand=None):
     """The recurrence by lax.scan, gradients by autodiff. Bugs: ``decay_after`` (the delta
     update on S_{t-1}, then the decay), ``residual_bf16`` (v - S~^T k rounded to bfloat16),
     ``stop_state`` (no gradient through S~ in the residual: the state's cotangent loses its
-    (I - beta k k^T) factor)."""
+    (I - beta k k^T) factor). A design, not a bug, when the kernel says so: ``operand``
+    (a dtype: both factors of every product, S~^T k, k u^T and S^T q, rounded to it, their
+    cotangents too, as a kernel casting its float32 state and vectors before each dot does)."""
+    def rnd(x):
+        return x if operand is None else x.astype(operand).astype(x.dtype)
+
     def step(S, x):
         q_t, k_t, v_t, b_t, la_t = x
         a = jnp.exp(la_t)[..., None, None]
         S_t = S if decay_after else a * S
         S_read = lax.stop_gradient(S_t) if stop_state else S_t
-        r = v_t - jnp.einsum("bhkv,bhk->bhv", S_read, k_t, precision=HIGHEST)
+        r = v_t - jnp.einsum("bhkv,bhk->bhv", rnd(S_read), rnd(k_t), precision=HIGHEST)
         if residual_bf16:
             r = _bf16(r)
-        S_new = S_t + k_t[..., :, None] * (b_t[..., None] * r)[..., None, :]
+        S_new = S_t + rnd(k_t)[..., :, None] * rnd(b_t[..., None] * r)[..., None, :]
         if decay_after:
             S_new = a * S_new
-        return S_new, scale * jnp.einsum("bhkv,bhk->bhv", S_new, q_t, precision=HIGHEST)
+        return S_new, scale * jnp.einsum("bhkv,bhk->bhv", rnd(S_new), rnd(q_t),
+                                         precision=HIGHEST)
 
     return _scanned(step, q, k, v, beta, log_alpha, h0)
 
@@ -152,6 +158,12 @@ def projected_then_decayed(q, k, v, beta, log_alpha, h0, scale=1.0):
         return S_new, scale * jnp.einsum("bhkv,bhk->bhv", S_new, q_t, precision=HIGHEST)
 
     return _scanned(step, q, k, v, beta, log_alpha, h0)
+
+
+def bf16_operands(q, k, v, beta, log_alpha, h0, scale=1.0):
+    """The scan with its matmul operands rounded to bfloat16: correct only for a kernel that
+    claims ``operand_dtype="bfloat16"``."""
+    return scan_autodiff(q, k, v, beta, log_alpha, h0, scale, operand=jnp.bfloat16)
 
 
 # ---------------------------------------------------------------- mutants

@@ -358,8 +358,67 @@ def test_operand_rounding_is_judged_when_said_so():
     with pytest.raises(glaref.DTypeError, match=r"operand_dtype: got .int8."):
         gt.assert_close_to_oracle({"o": o, "h_T": h_T}, **inputs, chunk_size=1,
                                   operand_dtype="int8")
-    with pytest.raises(ValueError, match=r"operand_dtype: got 'bfloat16' for a JAX kernel"):
+    with pytest.raises(ValueError, match=r"operand_dtype: got 'bfloat16', but it describes user "
+                       r"kernels and every kernel here is built in"):
         gt.check_kernel("scan", operand_dtype="bfloat16", seqs=OLD_SEQS, regimes="standard")
+
+
+def jax_operand_kernel(operand):
+    """The recurrence step by step in JAX, float32, every product's factors rounded to
+    ``operand`` (None: none), as a kernel casting its state and vectors before each dot does."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    def rnd(x):
+        return x if operand is None else x.astype(operand).astype(x.dtype)
+
+    def kernel(q, k, v, log_alpha, h0, scale):
+        rep = v.shape[1] // q.shape[1]
+        xs = tuple(jnp.moveaxis(x, 2, 0) for x in (jnp.repeat(q, rep, 1), jnp.repeat(k, rep, 1),
+                                                     v, log_alpha))
+
+        def step(S, x):
+            q_t, k_t, v_t, la_t = x
+            S = S * jnp.exp(la_t)[..., None, None] + rnd(k_t)[..., :, None] * rnd(v_t)[..., None, :]
+            return S, scale * jnp.einsum("bhk,bhkv->bhv", rnd(q_t), rnd(S),
+                                         precision=lax.Precision.HIGHEST)
+
+        h_T, o = lax.scan(step, h0, xs)
+        return jnp.moveaxis(o, 0, 2), h_T
+
+    kernel.__name__ = kernel.__qualname__ = f"jax_{operand or 'float32'}_operand_kernel"
+    return kernel
+
+
+def test_tf32_compute_keeps_a_coarser_claimed_operand_format():
+    # float32 matmuls on an NVIDIA GPU at default precision round operands to TF32; a kernel
+    # that rounds them to bfloat16 first has bfloat16 operands (exact in TF32)
+    from glaref._verdict import reference_arithmetic
+
+    assert reference_arithmetic("tf32", None, "bfloat16") == \
+        {"arith": "float32", "operand": "bfloat16", "storage": None}
+    for operand in (None, "float32", "tf32", "float16"):     # no coarser than TF32
+        assert reference_arithmetic("tf32", None, operand)["operand"] == "tf32"
+
+
+def test_a_jax_kernel_may_claim_its_operand_dtype():
+    pytest.importorskip("jax", reason="jax is not installed (pip install 'glaref[jax]')")
+    import jax.numpy as jnp
+
+    # bfloat16 operands: a bug for a float32 kernel that says nothing, correct once claimed
+    bf16 = jax_operand_kernel(jnp.bfloat16)
+    with pytest.raises(AssertionError, match=r"(?s)compute dtype float32.*FAIL o:"):
+        gt.check_kernel(bf16, framework="jax", chunk_size=1, seqs=[33], regimes="standard")
+    recs = gt.check_kernel(bf16, framework="jax", chunk_size=1, seqs=[33],
+                           operand_dtype="bfloat16", regimes="standard")
+    assert [(r["ok"], r["outcome"], r["operand_dtype"]) for r in recs] == \
+        [(True, "ok", "bfloat16")]
+    # a claim is trusted: a float32 kernel claiming bfloat16 operands is ok, its error far below
+    # that of the bfloat16-operand references (the claim loosened its verdict)
+    (rec,) = glaref.audit([jax_operand_kernel(None)], "1,1,2,16,8", [33], modes="fwd_bwd",
+                          repeats=0, chunk_size=1, operand_dtype="bfloat16")
+    assert rec["ok"] and rec["operand_dtype"] == "bfloat16"
+    assert max(rec["reference_ratio"].values()) < 1 / tol("calibrated_ratio")
 
 
 def test_tf32_arithmetic_is_judged_as_tf32_when_said_so():

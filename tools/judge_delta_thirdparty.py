@@ -14,7 +14,11 @@ jax.numpy and lax in their namespace (:func:`extract`):
   chunk_size=64, initial_state, use_qk_norm_in_gdn, compute_dtype)``, layout [B, T, H, *], scale
   fixed at K ** -0.5 inside, h_T returned only when initial_state is given. Run with
   use_qk_norm_in_gdn=False, chunk_size 64, and compute_dtype float32 (a float32 model) or
-  bfloat16 (its default: q, k, v, beta and the WY factors u, w rounded to bfloat16).
+  bfloat16 (its default: q, k, v, beta and the WY factors u, w rounded to bfloat16), the latter
+  twice: claimed as bfloat16 inputs accumulating in float32, and with ``operand_dtype=
+  "bfloat16"`` too (the claim closest to what it does: bfloat16 factors in its products
+  k_beta k^T, q k^T, A v_beta and w h; but also u, S and q k^T rounded to bfloat16 as results,
+  which no claim covers).
 - linearnexus (saran-gangster/linearnexus) linearnexus/modules/linear_attn/gated_deltanet.py:
   ``gated_delta_rule_recurrent`` (a lax.scan over steps) and ``gated_delta_rule_chunkwise``
   (WY form, chunk 64, sub-tiles of 16), layout [B, H, T, *], scale passed, use_qk_l2norm=False.
@@ -102,11 +106,14 @@ def maxtext_subjects(root: str) -> list[Subject]:
         return maxtext_chunk_gdr
 
     base = dict(layout="bthd", chunk_size=64, decay_form="chunk_cumsum")
+    bf16 = dict(base, dtype="bfloat16", accumulate_dtype="float32")
     return [Subject("maxtext_chunk[compute=float32]", make(jnp.float32),
                     dict(base, dtype="float32"), True, note=os.path.relpath(path, root)),
-            Subject("maxtext_chunk[compute=bfloat16]", make(jnp.bfloat16),
-                    dict(base, dtype="bfloat16", accumulate_dtype="float32"), True,
-                    note="its default compute_dtype, bfloat16 inputs")]
+            Subject("maxtext_chunk[compute=bfloat16]", make(jnp.bfloat16), bf16, True,
+                    note="its default compute_dtype, bfloat16 inputs"),
+            Subject("maxtext_chunk[compute=bfloat16,operand=bf16]", make(jnp.bfloat16),
+                    dict(bf16, operand_dtype="bfloat16"), True,
+                    note="as above, claiming operand_dtype='bfloat16'")]
 
 
 def linearnexus_subjects(root: str) -> list[Subject]:
@@ -184,7 +191,7 @@ def main(argv=None) -> int:
     seqs = [int(x) for x in a.seqs.split(",")]
     regimes = a.regimes.split(",") if a.regimes else None
     rows, lines = [], []
-    head = (f"{'implementation':<34}{'config':<16}{'T':>6}  {'regime':<13}{'mode':<8}"
+    head = (f"{'implementation':<46}{'config':<16}{'T':>6}  {'regime':<13}{'mode':<8}"
             f"{'outcome':<15}" + "".join(f"{n:>10}" for n in OUTS) + f"{'cpu_s':>7}")
     for s in subjects:
         for T in seqs:
@@ -205,7 +212,7 @@ def main(argv=None) -> int:
                                      nonfinite=r.get("nonfinite"), failures=r.get("failures"),
                                      notes=r.get("notes"), claims=s.claims,
                                      cpu_s=round(r["_cpu_s"], 2)))
-                    lines.append(f"{s.name:<34}{cfg:<16}{T:>6}  {str(r.get('regime')):<13}"
+                    lines.append(f"{s.name:<46}{cfg:<16}{T:>6}  {str(r.get('regime')):<13}"
                                  f"{str(r.get('mode')):<8}{outcome:<15}" + "".join(
                                      f"{rat[n]:>10.3g}" if rat.get(n) is not None else
                                      f"{'-':>10}" for n in OUTS) + f"{r['_cpu_s']:>7.1f}")

@@ -84,11 +84,11 @@ def choices(name: str, values, allowed: Iterable[str]) -> list[str]:
 
 
 def check_user_claims(impls: list, claims) -> None:
-    """chunk_size, accumulate_dtype and dlog_alpha_form (of ``claims``, a ``Claims``) describe
-    user kernels (built-ins carry their own): refused when every kernel is built in, where they
-    would apply to nothing."""
-    given = {n: getattr(claims, n) for n in ("chunk_size", "accumulate_dtype", "dlog_alpha_form")
-             if getattr(claims, n) is not None}
+    """chunk_size, accumulate_dtype, operand_dtype and dlog_alpha_form (of ``claims``, a
+    ``Claims``) describe user kernels (built-ins carry their own): refused when every kernel is
+    built in, where they would apply to nothing."""
+    given = {n: getattr(claims, n) for n in ("chunk_size", "accumulate_dtype", "operand_dtype",
+                                             "dlog_alpha_form") if getattr(claims, n) is not None}
     if given and all(isinstance(i, str) and i in BUILTIN_IMPLS for i in impls):
         name, value = next(iter(given.items()))
         raise AuditUsageError(

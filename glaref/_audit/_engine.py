@@ -175,8 +175,8 @@ def _probe(a: _Audit, subject: Subject, where: _records.Where, m, problem,
 
 # audit's keywords beyond its named parameters: the kernels' claims (glaref._audit._claims.Claims), and
 # how the rows are run, with their defaults
-CLAIMS = ("dtype", "layout", "chunk_size", "accumulate_dtype", "dlog_alpha_form", "decay_form",
-          "gate", "strict", "recurrence")
+CLAIMS = ("dtype", "layout", "chunk_size", "accumulate_dtype", "operand_dtype",
+          "dlog_alpha_form", "decay_form", "gate", "strict", "recurrence")
 RUN_DEFAULTS = {"precision": "default", "backend": None, "repeats": None, "scale": 1.0,
                 "oracle_impl": None, "cu_seqlens": None, "memory_guard": True, "shard": None,
                 "probes": None}
@@ -189,7 +189,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     """Audit JAX kernels against the float64 oracle; returns one record per row.
 
     Keywords beyond the named parameters (``options``): the kernels' claims (``CLAIMS``: dtype,
-    layout, chunk_size, accumulate_dtype, dlog_alpha_form, gate) and how the rows run
+    layout, chunk_size, accumulate_dtype, operand_dtype, dlog_alpha_form, gate) and how the rows run
     (``RUN_DEFAULTS``: precision, backend, repeats, scale, oracle_impl, cu_seqlens, memory_guard,
     shard, probes); any other keyword is a TypeError naming it.
 
@@ -220,7 +220,11 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     accumulates and carries its states in; None: float32, what production kernels do; pass the
     input dtype itself, e.g. "bfloat16", for a kernel that rounds everything to it, whose bound
     is then usually infinite, so only non-finite values fail). Built-in kernels carry their own
-    (chunked: 64, scan: 1, both accumulating in float32). ``dlog_alpha_form``: how a user kernel
+    (chunked: 64, scan: 1, both accumulating in float32). ``operand_dtype``: the format a user
+    kernel rounds its matmul operands to beyond its dtype (e.g. "bfloat16" for a float32 kernel
+    that casts both sides of each dot, or a bfloat16 one that casts its float32 intermediates back
+    before the next dot); the reference kernels then round theirs to it too, and budget_ulps is
+    in its units. ``dlog_alpha_form``: how a user kernel
     computes dlog_alpha, "identity" (the reverse-cumsum identity of flash-linear-attention's
     chunk kernels) or "direct" (the genuine terms of alpha_t <S_{t-1}, G_t>: a scan, autodiff of
     segment sums); None: unknown, held to the direct form's references (the most accurate), the
@@ -299,13 +303,21 @@ def check_probes(probes) -> tuple[str, ...]:
     return tuple(_args.choices("probes", probes, _probes.PROBES))
 
 
-def audit_jax(impls: list, rows: _args.Rows, claims: Claims,
+def audit_jax(impls: list, rows: _args.Rows | list[_args.Rows], claims: Claims,
               how: JaxOptions) -> list[_records.Record]:
     """The records of JAX kernels ``impls`` (checked arguments: the faces :func:`audit` and
     ``glaref.testing.check_kernel`` parse them); ``how.on_record`` receives each one's JSON
-    form."""
+    form. ``rows`` may be several row sets of one family and scale (the same rows at several
+    seeds, say), run one after the other by one runner: each kernel is traced and compiled once
+    per shape for all of them (the JSON report's header is the first set's)."""
     if not impls:
         raise AuditUsageError("impl: got no kernel", argument="impl")
+    row_sets = [rows] if isinstance(rows, _args.Rows) else list(rows)
+    rows = row_sets[0]
+    if any((r.family, r.scale, r.packing is None) != (rows.family, rows.scale,
+                                                       rows.packing is None) for r in row_sets):
+        raise AuditUsageError("rows: got row sets of different families, scales or packing, "
+                              "expected one of each", argument="rows")
     _args.check_user_claims(impls, claims)
     jax = _device.import_jax()
     device = _device.select_device(how.backend)
@@ -325,10 +337,12 @@ def audit_jax(impls: list, rows: _args.Rows, claims: Claims,
         writer = _report.JsonWriter(how.json_path, header) if how.json_path else None
         if writer:
             writer.write()
-        sink = _Sink(len(rows.plan()) * len(rows.modes) * len(subjects), writer, how.on_record,
-                     how.progress)
+        sink = _Sink(sum(len(r.plan()) * len(r.modes) for r in row_sets) * len(subjects), writer,
+                     how.on_record, how.progress)
         host = _device.host_available_bytes() if how.memory_guard else None
-        return run_rows(_Audit(runner, subjects, rows, claims, host, how.probes), sink)
+        for r in row_sets:
+            run_rows(_Audit(runner, subjects, r, claims, host, how.probes), sink)
+        return sink.records
 
 
 def audit_kernel(kernel: Callable, rows: _args.Rows, claims: Claims, *, framework: str,

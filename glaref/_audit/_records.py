@@ -305,12 +305,13 @@ def _head(subject: Subject, mode: str, where: Where) -> dict[str, Any]:
 def _params(c: Claims, where: Where, rows: Rows, final: bool | None, runner: dict[str, Any],
             cu_seqlens) -> dict[str, Any]:
     """The row's parameters: what the kernel was judged as (its claims), where it ran, and the
-    runner's own keys (precision; framework, operand_dtype and forward_only for torch and NumPy)."""
+    runner's own keys (precision; framework, operand_dtype and forward_only for torch and NumPy;
+    operand_dtype for a JAX kernel that claims one)."""
     out = {"dtype": c.dtype, "compute_dtype": c.compute_dtype, "precision": runner["precision"],
            "layout": c.layout, "regime": where.regime, "seed": rows.seed, "scale": rows.scale,
            "final_state": final, "chunk_size": c.chunk_size, "accumulate_dtype": c.accumulate_dtype}
-    if "operand_dtype" in runner:
-        out["operand_dtype"] = runner["operand_dtype"]
+    if "operand_dtype" in runner or c.operand_dtype is not None:
+        out["operand_dtype"] = c.operand_dtype
     out["dlog_alpha_form"] = c.dlog_alpha_form
     out.update({k: runner[k] for k in ("framework", "forward_only") if k in runner})
     out["gate"] = c.gate

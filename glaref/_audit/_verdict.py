@@ -268,21 +268,24 @@ def reference_arithmetic(compute_dtype: str, accumulate_dtype: str | None,
 
     float32 and float64: everything in that dtype. tf32 (float32 matmuls on an NVIDIA GPU at
     default precision): float32 arithmetic with every matmul operand rounded to TF32, as the
-    hardware does. 16-bit inputs accumulating in float32: float32 arithmetic throughout, the
-    16-bit format only in the returned values (the caller rounds the references' outputs to the
-    dtypes the kernel returned), unless ``operand_dtype`` says the kernel also rounds its matmul
-    operands (flash-linear-attention's Triton kernels feed 16-bit operands to tl.dot): then the
-    references round theirs to it too. 16-bit inputs accumulating in their own format: operands
-    and sums rounded to it. The dtypes are the claims' (``glaref._audit._claims.Claims``), checked
-    there."""
+    hardware does (or to ``operand_dtype`` where that is coarser). 16-bit inputs accumulating
+    in float32: float32 arithmetic throughout, the 16-bit format only in the returned values
+    (the caller rounds the references' outputs to the dtypes the kernel returned), unless
+    ``operand_dtype`` says the kernel also rounds its matmul operands (flash-linear-attention's
+    Triton kernels feed 16-bit operands to tl.dot): then the references round theirs to it too.
+    16-bit inputs accumulating in their own format: operands and sums rounded to it. The dtypes
+    are the claims' (``glaref._audit._claims.Claims``), checked there."""
     if operand_dtype in ("float32", "float64"):
         operand_dtype = None
     if compute_dtype == "float64":
         return {"arith": "float64", "operand": None, "storage": None}
     if compute_dtype == "float32":
         return {"arith": "float32", "operand": operand_dtype, "storage": None}
-    if compute_dtype == "tf32":
-        return {"arith": "float32", "operand": "tf32", "storage": None}
+    if compute_dtype == "tf32":     # operands rounded to TF32, or to a coarser claimed format
+        coarser = operand_dtype is not None and \
+            UNIT_ROUNDOFF[operand_dtype] > UNIT_ROUNDOFF["tf32"]
+        return {"arith": "float32", "operand": operand_dtype if coarser else "tf32",
+                "storage": None}
     acc = accumulate_dtype or compute_dtype
     if acc in ("float32", "float64"):   # float32 is what the references carry at most
         return {"arith": "float32", "operand": operand_dtype, "storage": None}

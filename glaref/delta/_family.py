@@ -363,10 +363,12 @@ def perturb(name: str, part: np.ndarray, rng: np.random.Generator) -> np.ndarray
 
 def builtin_claims(module, name: str, claims: Claims) -> Claims:
     """``glaref.delta.kernels``' ``name``: the chunked kernel judged at its default chunk
-    length, the scan step by step, both accumulating in float32, decays from segment sums."""
+    length, the scan step by step, both accumulating in float32 with operands unrounded, decays
+    from segment sums."""
     chunk = inspect.signature(getattr(module, name)).parameters.get("chunk_size")
     return claims.design(chunk_size=chunk.default if chunk is not None else 1,
-                         accumulate_dtype="float32", decay_form="segment_sums")
+                         accumulate_dtype="float32", operand_dtype=None,
+                         decay_form="segment_sums")
 
 
 DELTA = Family(

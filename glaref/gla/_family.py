@@ -82,10 +82,11 @@ def _scalar_fields(p: Problem) -> dict:
 
 def _scalar_builtin_claims(module, name: str, claims: Claims) -> Claims:
     """glaref.kernels' ``name``: its chunk size (the ``chunk_size`` default; 1 for the scan),
-    float32 accumulation, segment-sum decays and its dlog_alpha form for the gate kind."""
+    float32 accumulation, operands unrounded, segment-sum decays and its dlog_alpha form for the
+    gate kind."""
     chunk = inspect.signature(getattr(module, name)).parameters.get("chunk_size")
     return claims.design(chunk_size=chunk.default if chunk is not None else 1,
-                         accumulate_dtype="float32", decay_form="segment_sums",
+                         accumulate_dtype="float32", operand_dtype=None, decay_form="segment_sums",
                          dlog_alpha_form=module.dlog_alpha_form(name, claims.gate))
 
 
