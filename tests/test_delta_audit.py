@@ -26,9 +26,9 @@ from jax.experimental.compilation_cache import compilation_cache  # noqa: E402
 
 import glaref  # noqa: E402
 from glaref._audit import _args  # noqa: E402
+from glaref._audit._claims import Claims  # noqa: E402
 from glaref._audit._engine import JaxOptions, audit_jax  # noqa: E402
 from glaref._audit._presets import SEED_CONFIGS  # noqa: E402
-from glaref._claims import parse  # noqa: E402
 from glaref.cli import main  # noqa: E402
 from glaref.delta._family import AUDIT_REGIMES, DELTA  # noqa: E402
 from glaref.testing import check_kernel  # noqa: E402
@@ -104,7 +104,7 @@ def _audit_seeds(kernels, seeds, dtype):
     rows = [_args.rows(_args.check_preset("quick", fam), configs=SMALL, seqs=[40],
                        modes=FAST["modes"], regimes=REGIMES, seed=seed, fam=fam)
             for seed in seeds]
-    claims = parse(dtype=dtype, recurrence="delta")
+    claims = Claims(dtype=dtype, recurrence="delta")
     return [r.to_json() for r in audit_jax(kernels, rows, claims, JaxOptions(repeats=0))]
 
 

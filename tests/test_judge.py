@@ -393,7 +393,7 @@ def jax_operand_kernel(operand):
 def test_tf32_compute_keeps_a_coarser_claimed_operand_format():
     # float32 matmuls on an NVIDIA GPU at default precision round operands to TF32; a kernel
     # that rounds them to bfloat16 first has bfloat16 operands (exact in TF32)
-    from glaref._verdict import reference_arithmetic
+    from glaref._audit._verdict import reference_arithmetic
 
     assert reference_arithmetic("tf32", None, "bfloat16") == \
         {"arith": "float32", "operand": "bfloat16", "storage": None}
