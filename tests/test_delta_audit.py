@@ -5,13 +5,11 @@ claims, and the CLI runs the family end to end. Sweeps (the zoo at T = 65 and 13
 configs at T = 512 and 2048) under ``-m slow``.
 
 The zoo's seeds run in one engine call per dtype (``_audit_seeds``), which traces and compiles
-each kernel once for all of them; and jax's persistent compilation cache (the module's fixture,
-in a temporary folder) lets the other tests load a program compiled before (same kernel, shapes
-and dtype) instead of compiling it afresh."""
+each kernel once for all of them; jax's persistent compilation cache (tests/conftest.py) lets the
+other tests, and the next run, load a program compiled before instead of compiling it afresh."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import sys
@@ -21,8 +19,6 @@ from pathlib import Path
 import pytest
 
 jax = pytest.importorskip("jax")
-
-from jax.experimental.compilation_cache import compilation_cache  # noqa: E402
 
 import glaref  # noqa: E402
 from glaref._audit import _args  # noqa: E402
@@ -47,31 +43,6 @@ FAST = dict(modes="fwd_bwd", repeats=0, recurrence="delta", regimes=REGIMES)
 SEEDS = range(5)
 DTYPES = ("float32", "bfloat16")       # bfloat16 inputs: the zoo accumulates in float32
 OUTS = ("o", "h_T", "q", "k", "v", "beta", "log_alpha", "h0")
-
-
-@contextlib.contextmanager
-def _jax_config(**given):
-    """jax's config ``given`` within the block (the compilation cache re-read on entry and
-    exit), restored after."""
-    saved = {k: getattr(jax.config, k) for k in given}
-    try:
-        for k, v in given.items():
-            jax.config.update(k, v)
-        compilation_cache.reset_cache()
-        yield
-    finally:
-        for k, v in saved.items():
-            jax.config.update(k, v)
-        compilation_cache.reset_cache()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def programs_compiled_once(tmp_path_factory):
-    """jax's persistent compilation cache in a fresh folder for this module."""
-    with _jax_config(jax_compilation_cache_dir=str(tmp_path_factory.mktemp("xla_cache")),
-                     jax_persistent_cache_min_compile_time_secs=0,
-                     jax_persistent_cache_min_entry_size_bytes=-1):
-        yield
 
 
 def _audit(kernels, seqs=(40,), configs=SMALL, **over):
@@ -110,9 +81,7 @@ def _audit_seeds(kernels, seeds, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_zoo_passes_every_default_regime_at_five_seeds(dtype, record_property):
-    # no other test runs the bfloat16 programs: not written to the compilation cache
-    with _jax_config(jax_enable_compilation_cache=dtype != "bfloat16"):
-        recs = _audit_seeds(list(dm.ZOO.values()), SEEDS, dtype)
+    recs = _audit_seeds(list(dm.ZOO.values()), SEEDS, dtype)
     assert sorted((r["impl"], r["regime"], r["seed"], r["dtype"]) for r in recs) == sorted(
         (k.__qualname__, g, seed, dtype) for k in dm.ZOO.values() for g in AUDIT_REGIMES
         for seed in SEEDS)
@@ -185,11 +154,9 @@ CAUGHT = {
 
 @pytest.mark.parametrize("name", list(dm.MUTANTS))
 def test_every_mutant_fails_in_a_default_regime(name):
-    # a bug caught on a forward output is audited forward only (a cheaper program to compile,
-    # which no other test runs: not written to the compilation cache)
+    # a bug caught on a forward output is audited forward only (a cheaper program to compile)
     forward = CAUGHT[name][1] in ("o", "h_T")
-    with _jax_config(jax_enable_compilation_cache=not forward):
-        failing = _failing(_audit(dm.MUTANTS[name], modes="fwd" if forward else "fwd_bwd"))
+    failing = _failing(_audit(dm.MUTANTS[name], modes="fwd" if forward else "fwd_bwd"))
     assert CAUGHT[name] in failing, sorted(failing)
     if name == "dbeta_without_h0":            # exact everywhere else
         assert {n for _, n in failing} == {"beta"}, sorted(failing)
