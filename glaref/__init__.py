@@ -8,6 +8,8 @@ Importing glaref is cheap: numba, jax and the audit engine load only when first 
 
 from __future__ import annotations
 
+import importlib
+
 from ._errors import (
     ArgumentError,
     AuditEnvironmentError,
@@ -57,7 +59,6 @@ def __getattr__(name: str):
         from ._audit._engine import audit
         return audit
     if name in ("kernels", "golden", "delta"):
-        import importlib
         return importlib.import_module(f".{name}", __name__)
     if name == "scales":
         from .gla._budget import scales as public_scales

@@ -16,6 +16,7 @@ the targets at small sizes. Running kernels needs jax; judging does not.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable
@@ -24,6 +25,7 @@ import numpy as np
 
 from .._inputs import GRADS, OUTPUTS
 from ..gla import _judge
+from ._runners import fwd_bwd_program
 from ._verdict import Assessment
 
 KINDS = ("systematic", "random")
@@ -88,8 +90,6 @@ def _jitted(fn, cu_seqlens: tuple[int, ...] | None = None):
     reused across problems (JAX caches per shape)."""
     import jax
 
-    from ._runners import fwd_bwd_program
-
     key = (id(fn), cu_seqlens)
     if key not in _JITTED:
         kernel = fn if cu_seqlens is None else functools.partial(fn, cu_seqlens=np.asarray(cu_seqlens))
@@ -103,8 +103,6 @@ def jax_outputs(fn, truth: _judge.Truth, dtype: str, precision: str = "default")
     value}, {name: returned dtype name}). The same program the audit engine times. Vector gates
     need nothing; packed sequences (``truth.p.cu_seqlens``) are passed as ``cu_seqlens=``, as the
     engine does."""
-    import contextlib
-
     import jax
     import jax.numpy as jnp
 

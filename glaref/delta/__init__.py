@@ -22,6 +22,8 @@ numba nor jax; the Numba oracle compiles on first use.
 
 from __future__ import annotations
 
+import importlib
+
 from ._oracle import Grads, Scales, forward, scales, vjp
 
 __all__ = ["Grads", "Scales", "forward", "regimes", "scales", "vjp"]
@@ -29,6 +31,5 @@ __all__ = ["Grads", "Scales", "forward", "regimes", "scales", "vjp"]
 
 def __getattr__(name: str):
     if name == "regimes":
-        import importlib
         return importlib.import_module(".regimes", __name__)
     raise AttributeError(f"module 'glaref.delta' has no attribute {name!r}")

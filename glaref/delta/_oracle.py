@@ -18,6 +18,7 @@ from .. import _inputs
 from .._errors import ArgumentError, NonFiniteWarning, ShapeError
 from .._inputs import Problem
 from ..gla._oracle import _quiet, nonfinite_report
+from . import _reference
 
 IMPLS = ("numba", "numpy")
 GRADS = ("q", "k", "v", "beta", "log_alpha", "h0")   # the arrays a delta kernel is given
@@ -81,7 +82,6 @@ class DeltaProblem(NamedTuple):
 def backend(impl: str):
     """The module (``_numba`` or ``_reference``) whose forward and vjp take canonical arrays."""
     if impl == "numpy":
-        from . import _reference
         return _reference
     if impl == "numba":
         from . import _numba

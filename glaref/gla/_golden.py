@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import threadpoolctl
 
 from .. import __version__, golden, regimes
 from .._audit import _metrics, _verdict
@@ -319,7 +320,6 @@ def fingerprint() -> dict:
     loaded (with the CPU kernels OpenBLAS picked). Call it after a case was built, so that
     numba's and numpy's BLAS are loaded."""
     import numba
-    import threadpoolctl
 
     blas = sorted({f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')}"
                    for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"})

@@ -102,7 +102,9 @@ not flushed to zero, since an oracle does not drop terms.
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg.cython_blas  # noqa: F401  (the BLAS numba_xxgemm calls; see _one_blas_thread)
 from numba import get_num_threads, types
+from threadpoolctl import ThreadpoolController
 
 from .._numba_cache import jit, note_compile, run_workers
 
@@ -713,22 +715,12 @@ _CONTROLLER = None
 
 
 def _one_blas_thread():
-    """Context that holds BLAS to one thread (dgemm inside the workers); no-op without
-    threadpoolctl."""
+    """Context that holds BLAS to one thread (dgemm inside the workers)."""
     global _CONTROLLER
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:  # pragma: no cover - threadpoolctl is a dependency; a broken install
-        import contextlib
-        import warnings
-        warnings.warn("glaref: threadpoolctl is not installed, so BLAS may start its own threads "
-                      "inside the oracle's parallel loop (slow; install threadpoolctl)",
-                      RuntimeWarning, stacklevel=3)
-        return contextlib.nullcontext()
     if _CONTROLLER is None:
-        # numba_xxgemm (also behind np.dot) calls the BLAS that scipy.linalg.cython_blas loads;
-        # load it before the controller takes its inventory, or that BLAS is left unlimited.
-        import scipy.linalg.cython_blas  # noqa: F401
+        # numba_xxgemm (also behind np.dot) calls the BLAS that scipy.linalg.cython_blas loads
+        # (imported at the top of this module, before the controller takes its inventory; else
+        # that BLAS is left unlimited)
         _CONTROLLER = ThreadpoolController()
     return _CONTROLLER.limit(limits=1, user_api="blas")
 

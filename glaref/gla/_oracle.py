@@ -19,6 +19,7 @@ import numpy as np
 from .. import _inputs
 from .._errors import ArgumentError, NonFiniteWarning
 from .._inputs import ARRAYS, Problem
+from . import _reference
 
 IMPLS = ("numba", "numpy")
 
@@ -37,7 +38,6 @@ def backend(impl: str):
     """The oracle's implementation ``impl``: the module (``_numba`` or ``_reference``) whose
     forward and vjp take canonical float64 arrays."""
     if impl == "numpy":
-        from . import _reference
         return _reference
     if impl == "numba":
         from . import _numba
@@ -243,8 +243,6 @@ def dlog_alpha_identity(q, k, v, log_alpha, h0, do, dh_T=None, *, scale=1.0, lay
     Vector gates: the same per key dimension i (products q_s[i] dq_s[i], row sums of
     h_T * dh_T; docs/math.md, sec. 9). Packed sequences: the sum restarts in each sequence.
     """
-    from . import _reference
-
     p = _inputs.canonicalize(q, k, v, log_alpha, h0, do, dh_T, layout=layout,
                              allow_nonfinite=allow_nonfinite, need_do=True, cu_seqlens=cu_seqlens)
     scale = _inputs.check_scale(scale)
