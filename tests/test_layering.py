@@ -117,22 +117,11 @@ def violations(root: pathlib.Path, package: str = "glaref") -> list[str]:
 # glaref.vjp's keywords (impl, allow_nonfinite, cu_seqlens): glaref.vjp folds nothing, it has one
 # array fewer (no beta), so 13 = 12 + beta; bringing them to 12 means taking impl or
 # allow_nonfinite out of both families' oracle signatures, a decision for the public API.
-PENDING = {
-    ("glaref/delta/_oracle.py", "vjp"): "issue 25's face plus glaref.vjp's keywords: 13",
-    ("glaref/delta/_oracle.py", "scales"): "as glaref.delta.vjp, with do optional: 13",
-}
-
-
-def _key(found: str) -> tuple[str, str]:
-    where, name = found.split(" ")[:2]
-    return where.split(":")[0], name
 
 
 def test_no_entry_point_over_12_and_no_judging_function_over_8_parameters():
     found = violations(ROOT)
-    assert [f for f in found if _key(f) not in PENDING] == []
-    # every pending entry still exceeds its limit: one that no longer does leaves the list
-    assert sorted({_key(f) for f in found} & set(PENDING)) == sorted(PENDING)
+    assert found == []
 
 
 def _write(root: pathlib.Path, files: dict[str, str]) -> pathlib.Path:

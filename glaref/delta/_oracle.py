@@ -154,13 +154,15 @@ def forward(q, k, v, beta, log_alpha, h0=None, *, scale=1.0, layout="bhtd", impl
 
 
 def vjp(q, k, v, beta, log_alpha, h0, do, dh_T=None, *, scale=1.0, layout="bhtd",
-        impl="numba", allow_nonfinite=False, cu_seqlens=None) -> Grads:
+        impl="numba", cu_seqlens=None) -> Grads:
     """Gradient of L = sum(o * do) + sum(h_T * dh_T) with respect to all six inputs.
 
     Parameters
     ----------
-    q, k, v, beta, log_alpha, h0, scale, layout, impl, allow_nonfinite, cu_seqlens
-        As for :func:`forward` (``h0=None`` means zeros).
+    q, k, v, beta, log_alpha, h0, scale, layout, impl, cu_seqlens
+        As for :func:`forward` (``h0=None`` means zeros). Every input must be finite: the
+        gradients of a non-finite forward are not defined (:func:`forward` with
+        ``allow_nonfinite=True`` shows how non-finite values propagate).
     do, dh_T : array_like
         The cotangents of o and h_T, as for ``glaref.vjp`` (``dh_T=None`` means zero).
 
@@ -175,8 +177,8 @@ def vjp(q, k, v, beta, log_alpha, h0, do, dh_T=None, *, scale=1.0, layout="bhtd"
     glaref.GlarefError
         As :func:`forward` raises them, for do and dh_T too.
     """
-    dp = canonicalize(q, k, v, beta, log_alpha, h0, do, dh_T, layout=layout,
-                      allow_nonfinite=allow_nonfinite, need_do=True, cu_seqlens=cu_seqlens)
+    dp = canonicalize(q, k, v, beta, log_alpha, h0, do, dh_T, layout=layout, need_do=True,
+                      cu_seqlens=cu_seqlens)
     scale = _inputs.check_scale(scale)
     p = dp.p
     with _quiet():
@@ -223,15 +225,15 @@ _KINDS = {"o": "v", "h_T": "state", "q": "qk", "k": "qk", "v": "v", "beta": "gat
 
 
 def scales(q, k, v, beta, log_alpha, h0=None, do=None, dh_T=None, *, scale=1.0, layout="bhtd",
-           impl="numba", allow_nonfinite=False, cu_seqlens=None) -> Scales:
+           impl="numba", cu_seqlens=None) -> Scales:
     """Per-element error scales of o, h_T and (with ``do``) every gradient, dbeta included:
     each element's sum of the absolute values of the terms it adds up. A correct kernel's error
     on an element is a small multiple of u times it.
 
     Parameters
     ----------
-    q, k, v, beta, log_alpha, h0, do, dh_T, scale, layout, impl, allow_nonfinite, cu_seqlens
-        As for :func:`vjp`; ``do=None``: only the forward's scales.
+    q, k, v, beta, log_alpha, h0, do, dh_T, scale, layout, impl, cu_seqlens
+        As for :func:`vjp` (finite inputs only); ``do=None``: only the forward's scales.
 
     Returns
     -------
@@ -244,7 +246,7 @@ def scales(q, k, v, beta, log_alpha, h0=None, do=None, dh_T=None, *, scale=1.0, 
     glaref.GlarefError
         As :func:`vjp` raises them."""
     dp = canonicalize(q, k, v, beta, log_alpha, h0, do, dh_T, layout=layout,
-                      allow_nonfinite=allow_nonfinite, cu_seqlens=cu_seqlens)
+                      cu_seqlens=cu_seqlens)
     scale = _inputs.check_scale(scale)
     with _quiet():
         d = problem_scales(dp, scale, impl)
