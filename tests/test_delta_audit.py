@@ -72,8 +72,8 @@ def _audit_seeds(kernels, seeds, dtype):
     of ``seeds``, run by one engine call (``audit_jax`` with a row set per seed): each kernel is
     traced and compiled once for all the seeds, and the kernels share each problem's oracle."""
     fam = _args.family("delta")
-    rows = [_args.rows(_args.check_preset("quick", fam), configs=SMALL, seqs=[40],
-                       modes=FAST["modes"], regimes=REGIMES, seed=seed, fam=fam)
+    rows = [_args.rows(_args.check_preset("quick", fam), _args.problems(seed), configs=SMALL,
+                       seqs=[40], modes=FAST["modes"], regimes=REGIMES, fam=fam)
             for seed in seeds]
     claims = Claims(dtype=dtype, recurrence="delta")
     return [r.to_json() for r in audit_jax(kernels, rows, claims, JaxOptions(repeats=0))]
