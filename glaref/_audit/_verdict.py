@@ -79,6 +79,7 @@ from .._inputs import OUTPUTS, Dims, Problem
 from ..gla._designs import yardstick
 from ..tolerances import UNIT_ROUNDOFF, lookup, tol
 from . import _metrics
+from ._designs import Yardstick
 
 if TYPE_CHECKING:                        # _claims reads this module's vocabulary
     from ._claims import Claims
@@ -310,7 +311,13 @@ def baseline_error(errors: dict[str, float], chunk_size: int | None,
     chunks (bfloat16 inputs under near-one gates at T >= 2048, whose products are exact in
     float32 while the scan rounds its state every step), a kernel erring up to m times as much
     as that extreme still passes: max(c, sqrt(c s), sqrt(c w), m s / R, m w / R)."""
-    stick = yardstick(chunk_size, decay_form)
+    return widen(errors, yardstick(chunk_size, decay_form))
+
+
+def widen(errors: dict[str, float], stick: Yardstick) -> float:
+    """The rule of :func:`baseline_error` for any family's yardstick ``stick``: the error of its
+    ``held_to`` reference, widened towards each of its ``extremes``, max(c, sqrt(c x), m x / R)
+    over the extremes x (inf where one of them is not finite)."""
     c = errors[stick.held_to]
     if not stick.extremes:
         return c

@@ -184,18 +184,6 @@ def _unit(c: Claims) -> str:
     return cdtype
 
 
-def _baseline_error(errors: dict[str, float], stick) -> float:
-    """The error a kernel is held to: its yardstick's ``held_to`` reference's, widened towards
-    each extreme of an unknown structure as ``_verdict.baseline_error`` widens it (the geometric
-    mean, and ``calibrated_extreme_margin`` / R times the extreme)."""
-    c = errors[stick.held_to]
-    others = [errors[k] for k in stick.extremes]
-    if not all(math.isfinite(x) for x in [c] + others):
-        return math.inf
-    m_over_R = tol("calibrated_extreme_margin") / tol("calibrated_ratio")
-    return max([c] + [math.sqrt(c * x) for x in others] + [m_over_R * x for x in others])
-
-
 def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, final: bool,
                   grads: bool, claims: Claims) -> _verdict.Assessment:
     """The Assessment of output ``name`` (canonical value ``x``, returned in ``dtype``): the
@@ -229,7 +217,7 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
     err = float(np.linalg.norm((x64 - ref).ravel()))
     stick = _designs.yardstick(claims.chunk_size, claims.decay_form)
     floor = _verdict.calibrated_floor(ref_norm, dtype, cdtype, floor_name, dims, ref.size)
-    base = max(_baseline_error(errs, stick), floor)
+    base = max(_verdict.widen(errs, stick), floor)
     field = {r: errs[r] for r in stick.field if math.isfinite(errs[r])}
     env = max([base] + list(field.values()))
     a.baseline_rel_err = base / ref_norm if ref_norm else base
