@@ -36,7 +36,7 @@ import numpy as np
 from ._audit import _args, _claims
 from ._audit._claims import Claims
 from ._audit._engine import JaxOptions, audit_jax, audit_kernel, check_probes
-from ._audit._frameworks import FRAMEWORKS, detect_framework, dtype_name, to_host_float64
+from ._audit._frameworks import check_device, check_framework, detect_framework, dtype_name, to_host_float64
 from ._audit._messages import describe, failing_lines, less_accurate_lines, output_table
 from ._audit._presets import CHECK_CONFIG, CHECK_MODES, CHECK_REGIMES, CHECK_SEQS, Preset
 from ._audit._records import Output
@@ -78,9 +78,7 @@ _CHECK = Preset((), {}, CHECK_SEQS, CHECK_MODES, 0, CHECK_REGIMES)
 def _framework(kernel: Any, framework: str | None) -> str:
     """The framework ``kernel`` is checked in: ``framework``, or detected from its code; names
     and "module:function" specs are JAX kernels (the audit's)."""
-    if framework is not None and framework not in FRAMEWORKS:
-        raise AuditUsageError(f"framework: got {framework!r}, expected one of {FRAMEWORKS} or None "
-                              "(detected from the kernel's code)", argument="framework")
+    check_framework(framework)
     if isinstance(kernel, str) or not callable(kernel):
         if framework not in (None, "jax"):
             raise AuditUsageError(f"kernel: got {kernel!r} with framework {framework!r}, expected a "
@@ -120,9 +118,7 @@ def _run_check(kernel, framework, rows, claims: Claims, *, backend, precision, d
         how = JaxOptions(precision=precision, backend=backend, repeats=0,
                          probes=check_probes(probes))
         return audit_jax([kernel], rows, claims, how)
-    if device is not None and fw != "torch":
-        raise AuditUsageError(f"device: got {device!r} for a {fw} kernel, expected None "
-                              "(torch kernels only)", argument="device")
+    check_device(device, fw)
     if backend is not None:
         raise AuditUsageError(f"backend: got {backend!r} for a {fw} kernel, expected None "
                               "(JAX only; a torch kernel's device is device=)", argument="backend")

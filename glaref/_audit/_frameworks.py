@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._errors import DTypeError
+from .._errors import AuditUsageError, DTypeError
 from .._inputs import (
     _KIND,
     ARRAYS,
@@ -437,6 +437,22 @@ class Call:
     family: Any = None
 
 
+def check_framework(framework: str | None) -> None:
+    """The one check of a ``framework`` argument: one of ``FRAMEWORKS`` or None (detected from
+    the kernel's code); else AuditUsageError naming it."""
+    if framework is not None and framework not in FRAMEWORKS:
+        raise AuditUsageError(f"framework: got {framework!r}, expected one of {FRAMEWORKS} or None "
+                              "(detected from the kernel's code)", argument="framework")
+
+
+def check_device(device: str | None, framework: str) -> None:
+    """The one check of a ``device`` argument: None, or any device for a torch kernel (torch
+    itself refuses an unknown one); else AuditUsageError naming it."""
+    if device is not None and framework != "torch":
+        raise AuditUsageError(f"device: got {device!r} for a {framework} kernel, expected None "
+                              "(torch kernels only)", argument="device")
+
+
 def run_kernel(kernel: Callable, problem: Problem, dtype: str = "float32", *, grads: bool = True,
                call: Call = Call()) -> KernelRun:
     """Run ``kernel`` on ``problem`` (canonical float64, cotangents included) rounded to ``dtype``
@@ -459,11 +475,9 @@ def run_kernel(kernel: Callable, problem: Problem, dtype: str = "float32", *, gr
     if not callable(kernel):
         raise TypeError(f"kernel: got {type(kernel).__name__}, expected a callable "
                         f"({', '.join(_names(family).inputs)}) -> o | (o, h_T)")
+    check_framework(framework)
     fw = detect_framework(kernel) if framework is None else framework
-    if fw not in FRAMEWORKS:
-        raise ValueError(f"framework: got {framework!r}, expected one of {FRAMEWORKS} or None")
-    if device is not None and fw != "torch":
-        raise ValueError(f"device: got {device!r} for a {fw} kernel, expected None (torch only)")
+    check_device(device, fw)
     scale_kw = {"scale": float(scale)} if accepts(kernel, "scale") else {}
     nm = _names(family)
     run = KernelRun(framework=fw, dtype=dtype, layout=layout, inputs=problem)
