@@ -62,36 +62,20 @@ class _UsageExit(Exception):
 
 # the claims a user kernel may make about itself (glaref._audit._claims.Claims), one flag each
 CLAIM_FLAGS = (
-    ("--chunk-size", dict(type=int, help="user kernels: their chunk length (1 for a "
-         "step-by-step scan): the reference kernels they are held to run at that chunk "
-         "(and the proven bound follows it). Default unknown: held to 64-step chunks, "
-         "widened towards a step-by-step scan and 256-step chunks where those err "
-         "more. Built-in kernels carry their own")),
+    ("--chunk-size", dict(type=int, help="user kernels: their chunk length, 1 for a step-by-step "
+                          "scan (default unknown: held to 64-step chunks, widened towards a scan "
+                          "and 256-step chunks)")),
     ("--accumulate-dtype", dict(choices=("float64", "float32", "float16", "bfloat16"),
-         help="user kernels: the dtype they accumulate and carry states in when their "
-         "inputs are narrower; default float32, as production kernels do. Give the "
-         "input dtype itself (e.g. bfloat16) for a kernel that rounds everything to "
-         "it: that leaves almost no bound (only non-finite values fail). Built-in "
-         "kernels accumulate in float32")),
-    ("--operand-dtype", dict(choices=("float32", "tf32", "float16", "bfloat16"),
-         help="user kernels: the format they round their matmul operands to beyond "
-         "their dtype (e.g. bfloat16 for a kernel that casts both sides of each dot, or "
-         "its float32 intermediates before the next dot); the reference kernels then "
-         "round theirs too. Default: none beyond the dtype (and TF32 on NVIDIA GPUs at "
-         "default precision)")),
-    ("--dlog-alpha-form", dict(choices=("identity", "direct"), help="user kernels: how "
-         "they compute dlog_alpha: identity (the reverse cumsum of q.dq - k.dk, as "
-         "flash-linear-attention's chunk kernels do) or direct (the terms of "
-         "alpha_t <S_{t-1}, dS_t>: a scan, autodiff). Default unknown: held to the direct "
-         "form (the most accurate), an identity kernel's dlog_alpha reading 'less "
-         "accurate' (never FAIL) beyond it; give identity to hold such a kernel to "
-         "its own design. Built-in kernels carry their own")),
-    ("--decay-form", dict(choices=("segment_sums", "chunk_cumsum"), help="user kernels: "
-         "how they form decays: segment_sums (each exp(b_i - b_j) summed over its own "
-         "steps) or chunk_cumsum (differences of a chunk-local cumulative sum, as "
-         "flash-linear-attention's chunk kernels and Mamba2's chunk scan do). Default "
-         "unknown: either passes. With --chunk-size it holds the kernel to its own "
-         "design")),
+                                help="user kernels with 16-bit inputs: what they accumulate and "
+                                "carry states in (default float32)")),
+    ("--operand-dtype", dict(choices=("float32", "tf32", "float16", "bfloat16"), help="user "
+                             "kernels: the format they round matmul operands to beyond their "
+                             "dtype (default none; TF32 on NVIDIA GPUs at default precision)")),
+    ("--dlog-alpha-form", dict(choices=("identity", "direct"), help="user kernels: identity (the "
+                               "reverse cumsum of q.dq - k.dk) or direct; default unknown: held "
+                               "to the direct form, an identity kernel reading less accurate")),
+    ("--decay-form", dict(choices=("segment_sums", "chunk_cumsum"), help="user kernels: how they "
+                          "form decays; with --chunk-size it holds the kernel to its own design")),
 )
 
 
