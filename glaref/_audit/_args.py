@@ -17,7 +17,6 @@ from .. import regimes as _regimes
 from .._errors import AuditUsageError, GlarefError
 from .._inputs import Dims, check_cu_seqlens, check_scale, whole_number
 from ..gla import _problems
-from ..gla._family import SCALAR_GATE
 from ._family import Family
 from ._presets import BUILTIN_IMPLS, MODES, Preset, check_config, config_name, parse_config, regime_names
 
@@ -102,7 +101,7 @@ def family(recurrence: str) -> Family:
     return getattr(importlib.import_module(module), attribute)
 
 
-def check_preset(preset, fam: Family = SCALAR_GATE) -> Preset:
+def check_preset(preset, fam: Family) -> Preset:
     """The preset ``preset`` of the recurrence family ``fam``."""
     if not isinstance(preset, str) or preset not in fam.presets:
         raise AuditUsageError(f"preset: got {preset!r}, expected one of {sorted(fam.presets)}",
@@ -211,8 +210,8 @@ def problems(seed=0, scale=1.0, cu_seqlens=None, oracle_impl=None) -> Problems:
 class Rows:
     """The rows an audit runs and how its problems are made, checked: the configs, sequence
     lengths, modes, regimes, input seed, scale, packing (None, offsets or "random:N"'s N), the
-    oracle's implementation, the shard (I, N) or None, and the recurrence family
-    (``_family.Family``) whose problems they are."""
+    oracle's implementation, the recurrence family (``_family.Family``) whose problems they are,
+    and the shard (I, N) or None."""
 
     configs: dict[str, tuple[int, ...]]
     seqs: list[int]
@@ -222,8 +221,8 @@ class Rows:
     scale: float
     packing: Any
     oracle: str
+    family: Family
     shard: tuple[int, int] | None = None
-    family: Family = SCALAR_GATE
 
     def offsets(self, T: int) -> np.ndarray | None:
         """The offsets of one problem of length T: the explicit ones, or N random lengths drawn
@@ -272,7 +271,7 @@ def parse_shard(shard) -> tuple[int, int] | None:
 
 
 def rows(pre: Preset, made: Problems, *, configs=None, seqs=None, modes=None, regimes=None,
-         shard=None, fam: Family = SCALAR_GATE) -> Rows:
+         fam: Family, shard=None) -> Rows:
     """The rows' arguments checked (AuditUsageError naming the bad one, what it got and what was
     expected), defaults from the preset ``pre`` (regimes: its own for None; "all" every regime but
     the slow ones), problems of the recurrence family ``fam`` (``family``) made as ``made``
@@ -298,4 +297,4 @@ def rows(pre: Preset, made: Problems, *, configs=None, seqs=None, modes=None, re
                                       f"cu_seqlens fix T = {T_cu} (use cu_seqlens='random:N')",
                                       argument="regime")
     return Rows(cfgs, seq_list, mode_list, regime_list, made.seed, made.scale, packing,
-                made.oracle, parse_shard(shard), fam)
+                made.oracle, fam, parse_shard(shard))

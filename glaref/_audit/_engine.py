@@ -31,7 +31,6 @@ from typing import Any, Callable, Iterable
 
 from .._errors import AuditUsageError, NonFiniteError
 from .._inputs import Dims
-from ..gla._family import SCALAR_GATE
 from . import _args, _device, _probes, _records, _report, _verdict
 from ._claims import Claims
 from ._family import Family
@@ -41,9 +40,11 @@ from ._subjects import Subject, framework_subject, resolve
 __all__ = ["JaxOptions", "audit", "audit_jax", "audit_kernel", "oracle_bytes", "run_rows"]
 
 
-def oracle_bytes(dims: Dims, modes: Iterable[str], family: Family = SCALAR_GATE) -> int:
+def oracle_bytes(dims: Dims, modes: Iterable[str], family: Family | None = None) -> int:
     """About the most host memory the engine's float64 arrays of one problem of ``family`` take
-    at once (``Family.oracle_bytes``)."""
+    at once (``Family.oracle_bytes``); None: the scalar gate's (``_args.family("scalar_gate")``)."""
+    if family is None:
+        family = _args.family("scalar_gate")
     return family.oracle_bytes(dims, modes)
 
 

@@ -20,7 +20,6 @@ from typing import Any, Callable
 import numpy as np
 
 from .._inputs import GRADS, from_canonical, kernel_returns, output_problem, to_canonical
-from ..gla._family import SCALAR_GATE
 from . import _device, _timing
 from ._family import Family, Truth
 from ._frameworks import Call, kernel_traceback, run_kernel
@@ -119,7 +118,7 @@ class JaxRunner:
     of ``family``'s problems (``Family.inputs``, ``arrays``, ``kinds``)."""
 
     def __init__(self, *, device, dtype: str, precision: str, layout: str, repeats: int,
-                 memory_guard: bool, family: Family = SCALAR_GATE):
+                 memory_guard: bool, family: Family):
         import jax
 
         self.jax, self.device = jax, device
@@ -240,7 +239,7 @@ class FrameworkRunner:
 
     def __init__(self, *, framework: str, dtype: str, layout: str, scale: float,
                  device: str | None, detected: bool, operand_dtype: str | None,
-                 family: Family = SCALAR_GATE):
+                 family: Family):
         self.framework, self.dtype, self.layout, self.scale = framework, dtype, layout, scale
         self.device, self.detected, self.family = device, detected, family
         self.params = {"precision": None, "operand_dtype": operand_dtype, "framework": framework}
