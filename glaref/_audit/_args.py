@@ -7,7 +7,6 @@ how they are measured (preset, repeats, precision, oracle) and what :func:`heade
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
@@ -16,19 +15,22 @@ import numpy as np
 from .. import regimes as _regimes
 from .._errors import AuditUsageError, GlarefError
 from .._inputs import Dims, check_cu_seqlens, check_scale, whole_number
-from ..gla import _problems
+from . import _presets
+from ._claims import FAMILIES, family  # the faces' registry of families: defined with the claims
 from ._family import Family
-from ._presets import BUILTIN_IMPLS, MODES, Preset, check_config, config_name, parse_config, regime_names
+from ._presets import (
+    BUILTIN_IMPLS,
+    MODES,
+    Preset,
+    check_config,
+    config_name,
+    parse_config,
+    regime_names,
+)
 
 __all__ = ["FAMILIES", "Rows", "check_preset", "check_user_claims", "choices", "default_oracle",
            "family", "integer",
            "rows", "split"]
-
-# the family of each recurrence a kernel may claim (``glaref._audit._claims.RECURRENCES``), a
-# ``Family`` value in its own folder ("module:attribute"), loaded when named: a family's module
-# plugs into the engine, which never imports it
-FAMILIES: dict[str, str] = {"scalar_gate": "glaref.gla._family:SCALAR_GATE",
-                            "delta": "glaref.delta._family:DELTA"}
 
 RANDOM_PACKING = "random:"
 ORACLES = ("numba", "numpy")
@@ -93,12 +95,6 @@ def check_user_claims(impls: list, claims) -> None:
         raise AuditUsageError(
             f"{name}: got {value!r}, but it describes user kernels and every kernel here is "
             f"built in ({', '.join(impls)}); built-in kernels carry their own", argument=name)
-
-
-def family(recurrence: str) -> Family:
-    """The family of ``recurrence``, a name the claims checked (``glaref._audit._claims.Claims``)."""
-    module, _, attribute = FAMILIES[recurrence].partition(":")
-    return getattr(importlib.import_module(module), attribute)
 
 
 def check_preset(preset, fam: Family) -> Preset:
@@ -244,9 +240,9 @@ class Rows:
         return replace(self, modes=["fwd"])
 
     def plan(self) -> list[tuple[str, str, Dims]]:
-        """(regime, config name, sizes) of every problem (``glaref.gla._problems.plan``); packed
+        """(regime, config name, sizes) of every problem (``_presets.plan``); packed
         sequences are the batch, so B = 1."""
-        out = _problems.plan(self.regimes, self.configs, self.seqs, self.family.regimes)
+        out = _presets.plan(self.regimes, self.configs, self.seqs, self.family.regimes)
         if self.packing is not None:
             out = [(regime, cname, replace(dims, B=1)) for regime, cname, dims in out]
         if self.shard is not None:       # every N-th problem from the I-th: deterministic

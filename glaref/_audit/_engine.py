@@ -195,7 +195,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     shard, probes); any other keyword is a TypeError naming it.
 
     recurrence (a claim): the recurrence the kernels compute (``glaref._audit._claims.RECURRENCES``,
-        its family ``_args.FAMILIES``): "scalar_gate" (the default), gated
+        its family ``_claims.FAMILIES``): "scalar_gate" (the default), gated
         linear attention; "delta", the gated delta rule of ``glaref.delta``, whose kernels are
         ``(q, k, v, beta, log_alpha, h0) -> o | (o, h_T)`` (beta (B, H, T)), its built-in
         kernels, presets and regimes (``glaref.delta._family``) and verdict (calibrated tier

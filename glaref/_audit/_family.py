@@ -12,7 +12,7 @@ A second family is a second ``Family`` value beside its oracle: the gated delta 
 ``glaref.delta._family.DELTA``. The engine reaches a problem's arrays only through ``fields``
 (name -> canonical array) and judges through the family's :class:`Judge` (its verdict, where
 the error is, the message figures), so nothing in the engine, the runners or the records names a
-family. ``FAMILIES`` (``_args``) lists them for ``--recurrence`` and ``recurrence=``.
+family. ``FAMILIES`` (``_claims``) lists them for ``--recurrence`` and ``recurrence=``.
 """
 
 from __future__ import annotations
