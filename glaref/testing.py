@@ -59,9 +59,9 @@ from ._inputs import (
     from_canonical,
     to_canonical,
 )
+from ._rounding import round_to_dtype
 from .conventions import LOG_ALPHA_BT_SUM
 from .gla import _judge
-from .gla._problems import round_to_dtype
 
 __all__ = ["DEFAULT_CONFIG", "DEFAULT_SEQS", "LessAccurateWarning", "assert_close_to_oracle",
            "check_kernel"]

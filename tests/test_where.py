@@ -23,6 +23,7 @@ from glaref._audit._claims import Claims
 from glaref._inputs import Dims
 from glaref.gla import _judge
 from glaref.gla._problems import make_problem
+from glaref.gla._where import row_profiles
 
 CONFIG = (1, 2, 4, 16, 16)        # B, G, H, dk, dv: G < H so heads share groups
 ODD_CONFIG = (1, 2, 4, 15, 15)    # odd_truncation shows only at odd sizes
@@ -222,7 +223,7 @@ def _row(kernel, regime: str, config=CONFIG, chunk_size=C):
     kw = dict(final=True, grads=True, compute_dtype="float32", chunk_size=chunk_size)
     per = _judge.assess_outputs(truth, canon, dts, **kw)
     failing = [n for n, a in per.items() if not a.ok]
-    profiles = _where.row_profiles(truth, canon, dts, **kw)
+    profiles = row_profiles(truth, canon, dts, **kw)
     return failing, profiles, _where.diagnose(profiles, failing)
 
 

@@ -7,7 +7,6 @@ how they are measured (preset, repeats, precision, oracle) and what :func:`heade
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
@@ -16,20 +15,22 @@ import numpy as np
 from .. import regimes as _regimes
 from .._errors import AuditUsageError, GlarefError
 from .._inputs import Dims, check_cu_seqlens, check_scale, whole_number
-from ..gla import _problems
-from ..gla._family import SCALAR_GATE
+from . import _presets
+from ._claims import FAMILIES, family  # the faces' registry of families: defined with the claims
 from ._family import Family
-from ._presets import BUILTIN_IMPLS, MODES, Preset, check_config, config_name, parse_config, regime_names
+from ._presets import (
+    BUILTIN_IMPLS,
+    MODES,
+    Preset,
+    check_config,
+    config_name,
+    parse_config,
+    regime_names,
+)
 
 __all__ = ["FAMILIES", "Rows", "check_preset", "check_user_claims", "choices", "default_oracle",
            "family", "integer",
            "rows", "split"]
-
-# the family of each recurrence a kernel may claim (``glaref._audit._claims.RECURRENCES``), a
-# ``Family`` value in its own folder ("module:attribute"), loaded when named: a family's module
-# plugs into the engine, which never imports it
-FAMILIES: dict[str, str] = {"scalar_gate": "glaref.gla._family:SCALAR_GATE",
-                            "delta": "glaref.delta._family:DELTA"}
 
 RANDOM_PACKING = "random:"
 ORACLES = ("numba", "numpy")
@@ -96,13 +97,7 @@ def check_user_claims(impls: list, claims) -> None:
             f"built in ({', '.join(impls)}); built-in kernels carry their own", argument=name)
 
 
-def family(recurrence: str) -> Family:
-    """The family of ``recurrence``, a name the claims checked (``glaref._audit._claims.Claims``)."""
-    module, _, attribute = FAMILIES[recurrence].partition(":")
-    return getattr(importlib.import_module(module), attribute)
-
-
-def check_preset(preset, fam: Family = SCALAR_GATE) -> Preset:
+def check_preset(preset, fam: Family) -> Preset:
     """The preset ``preset`` of the recurrence family ``fam``."""
     if not isinstance(preset, str) or preset not in fam.presets:
         raise AuditUsageError(f"preset: got {preset!r}, expected one of {sorted(fam.presets)}",
@@ -211,8 +206,8 @@ def problems(seed=0, scale=1.0, cu_seqlens=None, oracle_impl=None) -> Problems:
 class Rows:
     """The rows an audit runs and how its problems are made, checked: the configs, sequence
     lengths, modes, regimes, input seed, scale, packing (None, offsets or "random:N"'s N), the
-    oracle's implementation, the shard (I, N) or None, and the recurrence family
-    (``_family.Family``) whose problems they are."""
+    oracle's implementation, the recurrence family (``_family.Family``) whose problems they are,
+    and the shard (I, N) or None."""
 
     configs: dict[str, tuple[int, ...]]
     seqs: list[int]
@@ -222,8 +217,8 @@ class Rows:
     scale: float
     packing: Any
     oracle: str
+    family: Family
     shard: tuple[int, int] | None = None
-    family: Family = SCALAR_GATE
 
     def offsets(self, T: int) -> np.ndarray | None:
         """The offsets of one problem of length T: the explicit ones, or N random lengths drawn
@@ -245,9 +240,9 @@ class Rows:
         return replace(self, modes=["fwd"])
 
     def plan(self) -> list[tuple[str, str, Dims]]:
-        """(regime, config name, sizes) of every problem (``glaref.gla._problems.plan``); packed
+        """(regime, config name, sizes) of every problem (``_presets.plan``); packed
         sequences are the batch, so B = 1."""
-        out = _problems.plan(self.regimes, self.configs, self.seqs, self.family.regimes)
+        out = _presets.plan(self.regimes, self.configs, self.seqs, self.family.regimes)
         if self.packing is not None:
             out = [(regime, cname, replace(dims, B=1)) for regime, cname, dims in out]
         if self.shard is not None:       # every N-th problem from the I-th: deterministic
@@ -272,7 +267,7 @@ def parse_shard(shard) -> tuple[int, int] | None:
 
 
 def rows(pre: Preset, made: Problems, *, configs=None, seqs=None, modes=None, regimes=None,
-         shard=None, fam: Family = SCALAR_GATE) -> Rows:
+         fam: Family, shard=None) -> Rows:
     """The rows' arguments checked (AuditUsageError naming the bad one, what it got and what was
     expected), defaults from the preset ``pre`` (regimes: its own for None; "all" every regime but
     the slow ones), problems of the recurrence family ``fam`` (``family``) made as ``made``
@@ -298,4 +293,4 @@ def rows(pre: Preset, made: Problems, *, configs=None, seqs=None, modes=None, re
                                       f"cu_seqlens fix T = {T_cu} (use cu_seqlens='random:N')",
                                       argument="regime")
     return Rows(cfgs, seq_list, mode_list, regime_list, made.seed, made.scale, packing,
-                made.oracle, parse_shard(shard), fam)
+                made.oracle, fam, parse_shard(shard))

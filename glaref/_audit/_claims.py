@@ -17,25 +17,38 @@ expected. Dtypes are accepted as users write them: ``"float32"``, ``np.float32``
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._errors import ClaimError, GlarefError
-from .._inputs import DTYPES, GRADS, check_layout, whole_number
-from ..delta._oracle import GRADS as DELTA_GRADS
+from .._inputs import DTYPES, check_layout, whole_number
 from ..regimes import GATES
 from ..tolerances import UNIT_ROUNDOFF
 from ._verdict import COMPUTE_DTYPES, DLOG_ALPHA_FORMS
 
-__all__ = ["DECAY_FORMS", "DEFAULT_ACCUMULATE", "RECURRENCES", "Claims", "dtype_name"]
+if TYPE_CHECKING:                  # the annotation only: _family imports this module
+    from ._family import Family
 
-# The recurrences a kernel may compute, each with the gradients it can provide (the arrays it
-# takes): gated linear attention with a scalar or vector gate (glaref's first family, the
-# default) and the gated delta rule (glaref.delta). The audit's families (``glaref._audit._args
-# .FAMILIES``) are keyed by these names.
-RECURRENCES: dict[str, tuple[str, ...]] = {"scalar_gate": GRADS, "delta": DELTA_GRADS}
+__all__ = ["DECAY_FORMS", "DEFAULT_ACCUMULATE", "FAMILIES", "RECURRENCES", "Claims", "dtype_name",
+           "family"]
+
+# The recurrences a kernel may compute, each the family of the audit that judges it (a
+# ``glaref._audit._family.Family`` value in its own folder, "module:attribute"), loaded when named
+# (:func:`family`): gated linear attention with a scalar or vector gate (glaref's first family,
+# the default) and the gated delta rule (glaref.delta). A family plugs into the judging layer,
+# which never imports one; the gradients a kernel may claim are its family's ``grads``.
+FAMILIES: dict[str, str] = {"scalar_gate": "glaref.gla._family:SCALAR_GATE",
+                            "delta": "glaref.delta._family:DELTA"}
+RECURRENCES: tuple[str, ...] = tuple(FAMILIES)
+
+
+def family(recurrence: str) -> Family:
+    """The family of ``recurrence``, one of ``RECURRENCES`` (as the claims checked it)."""
+    module, _, attribute = FAMILIES[recurrence].partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 # How a kernel forms the decay exp(b_i - b_j) between positions of a chunk: from differences of
 # exact segment sums of log_alpha (glaref's kernels), or of a float cumulative sum of log_alpha
@@ -114,7 +127,7 @@ class Claims:
         form = _choice("dlog_alpha_form", self.dlog_alpha_form, DLOG_ALPHA_FORMS)
         decay = _choice("decay_form", self.decay_form, DECAY_FORMS)
         gate = _choice("gate", self.gate, GATES, unknown=False)
-        recurrence = _choice("recurrence", self.recurrence, tuple(RECURRENCES), unknown=False)
+        recurrence = _choice("recurrence", self.recurrence, RECURRENCES, unknown=False)
         if not isinstance(self.strict, (bool, np.bool_)):
             raise ClaimError("strict", f"got {self.strict!r} ({type(self.strict).__name__}), "
                              "expected True or False")
@@ -128,7 +141,7 @@ class Claims:
         checked = {"layout": layout, "dtype": dtype, "compute_dtype": cdtype,
                    "accumulate_dtype": acc, "operand_dtype": operand, "chunk_size": chunk,
                    "dlog_alpha_form": form, "decay_form": decay, "gate": gate,
-                   "grads": _grads(self.grads, RECURRENCES[recurrence]),
+                   "grads": _grads(self.grads, family(recurrence).grads),
                    "strict": bool(self.strict), "recurrence": recurrence}
         for name, value in checked.items():
             object.__setattr__(self, name, value)      # frozen: set once, here
@@ -151,7 +164,7 @@ class Claims:
 
     def judged(self, name: str) -> bool:
         """Whether output or gradient ``name`` is one the kernel claims to provide."""
-        return self.grads is None or name not in RECURRENCES[self.recurrence] or \
+        return self.grads is None or name not in family(self.recurrence).grads or \
             name in self.grads
 
 

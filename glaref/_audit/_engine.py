@@ -31,7 +31,6 @@ from typing import Any, Callable, Iterable
 
 from .._errors import AuditUsageError, NonFiniteError
 from .._inputs import Dims
-from ..gla._family import SCALAR_GATE
 from . import _args, _device, _probes, _records, _report, _verdict
 from ._claims import Claims
 from ._family import Family
@@ -41,9 +40,11 @@ from ._subjects import Subject, framework_subject, resolve
 __all__ = ["JaxOptions", "audit", "audit_jax", "audit_kernel", "oracle_bytes", "run_rows"]
 
 
-def oracle_bytes(dims: Dims, modes: Iterable[str], family: Family = SCALAR_GATE) -> int:
+def oracle_bytes(dims: Dims, modes: Iterable[str], family: Family | None = None) -> int:
     """About the most host memory the engine's float64 arrays of one problem of ``family`` take
-    at once (``Family.oracle_bytes``)."""
+    at once (``Family.oracle_bytes``); None: the scalar gate's (``_args.family("scalar_gate")``)."""
+    if family is None:
+        family = _args.family("scalar_gate")
     return family.oracle_bytes(dims, modes)
 
 
@@ -194,7 +195,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     shard, probes); any other keyword is a TypeError naming it.
 
     recurrence (a claim): the recurrence the kernels compute (``glaref._audit._claims.RECURRENCES``,
-        its family ``_args.FAMILIES``): "scalar_gate" (the default), gated
+        its family ``_claims.FAMILIES``): "scalar_gate" (the default), gated
         linear attention; "delta", the gated delta rule of ``glaref.delta``, whose kernels are
         ``(q, k, v, beta, log_alpha, h0) -> o | (o, h_T)`` (beta (B, H, T)), its built-in
         kernels, presets and regimes (``glaref.delta._family``) and verdict (calibrated tier

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from typing import Iterable
 
 from .._errors import AuditUsageError
+from .._inputs import Dims
 from ..regimes import REGIMES
 
 SEED_CONFIGS: dict[str, tuple[int, int, int, int, int]] = {
@@ -182,3 +184,20 @@ def parse_config(text: str) -> dict[str, tuple[int, int, int, int, int]]:
         raise AuditUsageError(f"config: got {text!r}, expected B,G,H,dk,dv or a config name",
                               argument="config")
     return out
+
+
+def plan(regimes: Iterable[str], configs: dict[str, tuple[int, ...]],
+         seqs: Iterable[int], table=None) -> list[tuple[str, str, Dims]]:
+    """The rows to run: (regime, config name, sizes) for every regime, config and sequence
+    length, with the sizes each regime derives from them (``Regime.cases``), in that order.
+    table: {name: regime} of the recurrence (None: ``glaref.regimes.REGIMES``, the
+    scalar gate's)."""
+    table = REGIMES if table is None else table
+    seqs = list(seqs)
+    rows = []
+    for regime in regimes:
+        for cname, (B, G, H, dk, dv) in configs.items():
+            for T in seqs:
+                for dims in table[regime].cases(Dims(B, G, H, T, dk, dv)):
+                    rows.append((regime, cname, dims))
+    return rows

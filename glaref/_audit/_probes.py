@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 import numpy as np
 
 from .._inputs import Dims, Problem, from_canonical, kernel_returns, to_canonical
-from ..gla._problems import round_to_dtype
+from .._rounding import round_to_dtype
 from ._frameworks import Call, accepts, detect_framework, run_kernel
 
 if TYPE_CHECKING:

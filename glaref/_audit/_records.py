@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .._inputs import Dims
-from ..gla import _judge
 from ..tolerances import tol
 from . import _messages, _metrics, _where
 from ._args import Rows
 from ._claims import Claims
+from ._family import Truth
 from ._probes import ProbeResult
 from ._runners import Measured
 from ._subjects import Subject
@@ -328,7 +328,7 @@ def declined(subject: Subject, mode: str, where: Where, rows: Rows, reason: str,
                   located=False)
 
 
-def record(subject: Subject, where: Where, rows: Rows, truth: _judge.Truth,
+def record(subject: Subject, where: Where, rows: Rows, truth: Truth,
            m: Measured) -> Record:
     """The record of one measured row (module docstring)."""
     head = _head(subject, m.mode, where)

@@ -20,10 +20,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .._inputs import GRADS, from_canonical, kernel_returns, output_problem, to_canonical
-from ..gla import _judge
-from ..gla._family import SCALAR_GATE
 from . import _device, _timing
-from ._family import Family
+from ._family import Family, Truth
 from ._frameworks import Call, kernel_traceback, run_kernel
 from ._subjects import Subject
 
@@ -51,7 +49,7 @@ class Measured:
     failure: str | None = None
     traceback: str | None = None
     declined: bool = False
-    truth: _judge.Truth | None = None
+    truth: Truth | None = None
     program: tuple | None = None      # fwd_bwd: (compiled program, its arguments' dtypes)
 
 
@@ -120,7 +118,7 @@ class JaxRunner:
     of ``family``'s problems (``Family.inputs``, ``arrays``, ``kinds``)."""
 
     def __init__(self, *, device, dtype: str, precision: str, layout: str, repeats: int,
-                 memory_guard: bool, family: Family = SCALAR_GATE):
+                 memory_guard: bool, family: Family):
         import jax
 
         self.jax, self.device = jax, device
@@ -150,7 +148,7 @@ class JaxRunner:
             out[name] = self.jax.device_put(np.asarray(x, dtype=self.np_dtype), self.device)
         return out
 
-    def measure(self, subject: Subject, mode: str, truth: _judge.Truth,
+    def measure(self, subject: Subject, mode: str, truth: Truth,
                 arr: dict[str, Any]) -> Measured:
         """The kernel's structure (jax.eval_shape), compiled program, XLA memory, timing and
         residuals, and its outputs; a kernel that raises or returns the wrong structure or dtype
@@ -241,7 +239,7 @@ class FrameworkRunner:
 
     def __init__(self, *, framework: str, dtype: str, layout: str, scale: float,
                  device: str | None, detected: bool, operand_dtype: str | None,
-                 family: Family = SCALAR_GATE):
+                 family: Family):
         self.framework, self.dtype, self.layout, self.scale = framework, dtype, layout, scale
         self.device, self.detected, self.family = device, detected, family
         self.params = {"precision": None, "operand_dtype": operand_dtype, "framework": framework}
@@ -250,7 +248,7 @@ class FrameworkRunner:
         """The problem itself: ``run_kernel`` converts it for the kernel's framework."""
         return p
 
-    def measure(self, subject: Subject, mode: str, truth: _judge.Truth, p) -> Measured:
+    def measure(self, subject: Subject, mode: str, truth: Truth, p) -> Measured:
         fw, fam = self.framework, self.family
         run = run_kernel(subject.fn, p, self.dtype, grads=mode == "fwd_bwd",
                          call=Call(self.layout, self.scale, fw, self.device, fam))

@@ -6,7 +6,7 @@ eps is injected, in two kinds:
     systematic   x (1 + eps)                       (a wrong constant, a missing factor)
     random       x + eps |x| N(0, 1), fixed seed   (elementwise noise: a precision bug)
 
-and the smallest eps the verdict flags on that output (``_judge.assess_output``, the audit's own
+and the smallest eps the verdict flags on that output (``glaref.gla._judge.assess_output``, the audit's own
 rule) is found by bisection. Its ratio to the output's *natural* error, the kernel's own normwise
 relative error ||x - ref|| / ||ref||, is the sensitivity: 1 would flag anything beyond what the
 kernel already does; the calibrated tier aims at a few times ``calibrated_ratio``.
@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .._inputs import GRADS, OUTPUTS
-from ..gla import _judge
+from ._family import Truth
 from ._runners import fwd_bwd_program
 from ._verdict import Assessment
 
@@ -42,7 +42,7 @@ def inject(x: np.ndarray, eps: float, kind: str, seed: int = 0) -> np.ndarray:
     raise ValueError(f"kind: got {kind!r}, expected one of {KINDS}")
 
 
-def threshold(truth: _judge.Truth, name: str, x: np.ndarray, dtype: str, kind: str, *,
+def threshold(truth: Truth, name: str, x: np.ndarray, dtype: str, kind: str, *,
               assess: Callable[..., Assessment], rel_precision: float = 0.02,
               level: str = "not_ok") -> dict:
     """{"natural": the output's own rel_err, "eps": the smallest injected eps the verdict flags
@@ -50,7 +50,7 @@ def threshold(truth: _judge.Truth, name: str, x: np.ndarray, dtype: str, kind: s
     eps is inf when nothing up to 1e3 is flagged (the output is zero, say). ``level``: flagged
     means an outcome other than ok ("not_ok": less accurate or FAIL) or a failure ("fail").
     ``assess(truth, name, x, dtype)``: the verdict of one output with the kernel's claims, e.g.
-    ``functools.partial(_judge.assess_output, final=True, grads=True, claims=c)`` or a recurrence
+    ``functools.partial(glaref.gla._judge.assess_output, final=True, grads=True, claims=c)`` or a recurrence
     family's own (``glaref.delta._family.assess_output``)."""
     if level not in ("not_ok", "fail"):
         raise ValueError(f"level: got {level!r}, expected 'not_ok' or 'fail'")
@@ -97,7 +97,7 @@ def _jitted(fn, cu_seqlens: tuple[int, ...] | None = None):
     return _JITTED[key][1]
 
 
-def jax_outputs(fn, truth: _judge.Truth, dtype: str, precision: str = "default"):
+def jax_outputs(fn, truth: Truth, dtype: str, precision: str = "default"):
     """Run a JAX kernel ``fn(q, k, v, log_alpha, h0) -> (o, h_T)`` ("bhtd") once, forward and
     backward through jax.vjp, on the problem of ``truth`` in ``dtype``: ({name: canonical float64
     value}, {name: returned dtype name}). The same program the audit engine times. Vector gates

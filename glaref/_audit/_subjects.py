@@ -40,7 +40,6 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from .._errors import AuditEnvironmentError, AuditUsageError
-from ..gla._family import SCALAR_GATE
 from ._claims import Claims
 from ._family import Family
 from ._frameworks import accepts
@@ -154,7 +153,7 @@ def _user(spec: str, claims: Claims, scale: float) -> Subject:
 
 
 def resolve(impl, *, claims: Claims, compute_dtype: str, precision: str, scale: float,
-            packed: bool = False, family: Family = SCALAR_GATE) -> Subject:
+            family: Family, packed: bool = False) -> Subject:
     """A JAX Subject from a built-in name, a 'module:function' / 'file.py:function' spec or a
     callable, judged with the caller's ``claims`` (a built-in kernel completes them with its own
     chunk size, accumulate dtype and forms, which for dlog_alpha_form depend on the gate kind),

@@ -1,12 +1,12 @@
 """Where the error is: an error profile per output, and the pattern it shows.
 
 For one output of a kernel (canonical "bhtd" float64 ``x``), the oracle's value ``ref`` and the
-oracle's per-element scale ``scale`` (``glaref.gla._budget``: the sum of the absolute values of the
-terms each element adds up), the error of every element is measured in its own budget unit,
-``w = u * scale + floor`` (``_metrics.budget_ulps``: u the unit roundoff of the compute dtype,
-floor the underflow allowance). The profile aggregates it along one axis at a time, as a ratio of
-norms, so that one step with large elements and one with small ones are each judged against their
-own scale:
+oracle's per-element scale ``scale`` (the sum of the absolute values of the terms each element
+adds up: ``glaref.gla._budget`` for the scalar gate), the error of every element is measured in
+its own budget unit, ``w = u * scale + floor`` (``_metrics.budget_ulps``: u the unit roundoff of
+the compute dtype, floor the underflow allowance). The profile aggregates it along one axis at a
+time, as a ratio of norms, so that one step with large elements and one with small ones are each
+judged against their own scale:
 
     over time        E_t = ||x_t - ref_t||_2 / ||w_t||_2      (per step t, over b, h, d)
     over heads       E_h, the same per head (per group for dq, dk, whose axis 1 is the group)
@@ -23,20 +23,20 @@ output).
 :data:`PATTERNS` (docs/where.md), each with the class of bug it points to; :func:`diagnose`
 words the sentence of a failing row from its outputs' profiles. A pattern is named only when the
 profile supports it by the criteria written next to each test below; otherwise the sentence
-says the error is spread and gives the profile's figures.
+says the error is spread and gives the profile's figures. A family feeds its rows' outputs to
+:func:`profile` through its ``Judge.row_profiles`` hook (``glaref.gla._where.row_profiles`` for
+the scalar gate).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .._inputs import Dims
-from ..gla import _baseline, _judge
-from ..tolerances import UNIT_ROUNDOFF, lookup, tol
+from ..tolerances import UNIT_ROUNDOFF, lookup
 from ._claims import Claims
 from ._metrics import underflow_floor
 
@@ -493,33 +493,6 @@ def groups_shared(profiles: dict[str, Profile]) -> bool:
     g = profiles.get("q")
     h = profiles.get("o") or profiles.get("v")
     return g is not None and h is not None and len(g.heads) < len(h.heads)
-
-
-def row_profiles(truth, canonical: dict[str, np.ndarray], dtypes: dict[str, str], *, final: bool,
-                 grads: bool, claims=None, **declared) -> dict[str, Profile]:
-    """The profile of every output of one row, from what its verdict used: ``truth`` (a
-    ``_judge.Truth``: the oracle's values, the scales and the reference kernels, all cached
-    there), the kernel's ``canonical`` values and the dtypes they were returned in, and its
-    ``claims`` (or the claim keywords, as ``_judge.assess_outputs`` takes them); the band is
-    ``calibrated_ratio`` times the reference kernels' profile, as the verdict holds the whole
-    output to it."""
-    c = _judge._claimed(claims, declared)
-    scales = truth.scales(final, grads)
-    # the verdict's own references (the same design: chunk size and decay form), cached there
-    refs, stick = _judge.claimed_references(truth, c, final, grads)
-    # budget_ulps in the unit the verdict measures them in (_judge.assess_output)
-    unit = replace(c, compute_dtype=_judge.proven_arithmetic(c)[0])
-    dims = truth.p.dims
-    out = {}
-    for name, x in canonical.items():
-        if x is None or not c.judged(name):
-            continue
-        sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
-        base = [_baseline.round_to(refs[r][stick.key(r, name)], dtypes.get(name))
-                for r in stick.roles(name)]
-        out[name] = profile(name, x, truth.reference(name, final), sc, claims=unit, dims=dims,
-                            baseline=base, ratio=tol("calibrated_ratio"))
-    return out
 
 
 # the canonical axes of each output, as the worst index is given

@@ -70,6 +70,8 @@ import functools
 
 import numpy as np
 
+from .._rounding import round_to
+
 KERNELS = ("scan", "chunked")
 CHUNK = 64          # the chunked reference's chunk, what production kernels use
 CHUNK_WIDE = 256    # the widest chunk production kernels use: one extreme of unknown structure
@@ -85,30 +87,7 @@ DECAY_FORMS = ("segment_sums", "chunk_cumsum")
 ORDERS = ("lanes", "sequential")
 DEFAULT_ORDER = {"scan": "lanes", "chunked": "sequential"}
 
-# mantissa bits dropped from float32's 23 to reach each format
-_DROP = {"tf32": 13, "bfloat16": 16, "float16": 13}
 _MODE = {None: 0, "tf32": 1, "bfloat16": 2, "float16": 3}
-
-
-def round_to(x: np.ndarray, fmt: str | None) -> np.ndarray:
-    """x rounded to nearest (ties to even) in format ``fmt`` ("tf32", "bfloat16", "float16",
-    "float32", "float64" or None: unchanged), returned in x's own dtype (float32 or float64).
-
-    tf32 and float16 keep 10 explicit mantissa bits, bfloat16 7; exponent ranges are float32's
-    (the values the baseline meets stay far inside float16's range)."""
-    if fmt is None or fmt == "float64":
-        return x
-    if fmt == "float32":
-        return x.astype(np.float32).astype(x.dtype)
-    drop = _DROP[fmt]
-    y = np.ascontiguousarray(x, dtype=np.float32)
-    bits = y.view(np.uint32)
-    lsb = (bits >> np.uint32(drop)) & np.uint32(1)
-    half = np.uint32((1 << (drop - 1)) - 1)
-    mask = np.uint32((0xFFFFFFFF >> drop) << drop)
-    finite = np.isfinite(y)
-    r = ((bits + half + lsb) & mask).view(np.float32)
-    return np.where(finite, r, y).astype(x.dtype, copy=False)
 
 
 # ------------------------------------------------------------------------------------ chunked

@@ -15,12 +15,12 @@ from typing import Iterable
 import numpy as np
 
 from .. import regimes
-from .._audit import _probes, _where
+from .._audit import _probes
 from .._audit._claims import Claims
 from .._audit._family import Family, Judge
 from .._audit._presets import ALL_REGIMES, PRESETS
 from .._inputs import _KIND, ARRAYS, FORWARD, GRADS, Dims, Problem
-from . import _judge, _problems
+from . import _judge, _problems, _where
 from ._oracle import backend
 
 __all__ = ["SCALAR_GATE"]
