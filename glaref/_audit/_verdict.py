@@ -1,7 +1,11 @@
 """The verdict rule: is an output's error what a correct kernel makes, or a bug?
 
 Two tiers, decided per output (o, h_T and the gradients of q, k, v, log_alpha, h0) by
-:func:`assess`, the one function the audit engine, the testing API and the tools call:
+:func:`assess` for the scalar gate (``glaref.gla._judge`` calls it for the audit engine, the
+testing API and the tools). The calibrated tier's outcome is :func:`calibrated`, from
+family-neutral figures (the kernel's error, the reference kernels' by role and the family's
+yardstick), the one decision both families' verdicts make (the gated delta rule's:
+``glaref.delta._family.assess_output``, whose proven tier is silent):
 
 * Calibrated (the default decision). The kernel's normwise error ||x - ref||_2 is compared with
   the error that correct kernels make on exactly the same inputs in the same arithmetic: glaref's
