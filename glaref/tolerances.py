@@ -207,7 +207,7 @@ TOLERANCES.update({
     "calibrated_ratio": Tolerance(
         6.0,
         "Largest normwise error a kernel may make, as a multiple of the same-precision reference "
-        "kernels' error on the same inputs (the baseline of _verdict.baseline_error). Derived from "
+        "kernels' error on the same inputs (the baseline of _verdict.widen). Derived from "
         "the measured spread of correct kernels: over the zoo of tests/zoo.py (chunked at C = 16 "
         "to 256, scan, checkpointed scan, quadratic attention form, direct-form and identity "
         "dlog_alpha; float32 and bfloat16 accumulating in float32; the six default regimes; 5 "
@@ -222,7 +222,7 @@ TOLERANCES.update({
         1.5,
         "For a kernel of unknown structure, how many times the error of the step-by-step scan "
         "reference (or of the 256-step chunked one) a kernel may make and still pass, whatever the "
-        "64-step chunks err (_verdict.baseline_error: the terms m s / R, m w / R): each extreme is a "
+        "64-step chunks err (_verdict.widen: the terms m s / R, m w / R): each extreme is a "
         "correct kernel, and two implementations of one algorithm differ by their summation order "
         "only. Measured: glaref's JAX scan against the scan reference, bfloat16 inputs, near_one, "
         "g1h1_d128, T = 8192, h_T: 2.07e-5 vs 2.065e-5 (1.003x), where the scan errs ~200x the "

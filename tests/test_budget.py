@@ -20,7 +20,8 @@ from glaref import regimes
 from glaref._audit import _metrics, _verdict
 from glaref._audit._claims import Claims
 from glaref._inputs import OUTPUTS, Dims, Problem
-from glaref.gla import _budget, _reference
+from glaref.gla import _budget, _judge, _reference
+from glaref.gla._designs import yardstick
 from glaref.tolerances import SMALLEST_NORMAL, UNIT_ROUNDOFF, tol
 
 SMALL = Dims(B=2, G=2, H=4, T=33, dk=5, dv=3)
@@ -183,7 +184,8 @@ def _assess_case(err_factor: float, ref_factor: float = 1.0, chunk_size=16):
             "chunked_wide": ref + ref_factor * e}
     return _verdict.assess("v", ref + err_factor * e, ref, scale=scale,
                            claims=Claims(compute_dtype="float32", chunk_size=chunk_size),
-                           view=_verdict.BudgetView(d, la), reference_outputs=refs)
+                           view=_verdict.BudgetView(d, la),
+                           reference_outputs=_verdict.References(refs, yardstick(chunk_size)))
 
 
 def test_calibrated_tier_fails_exactly_past_the_allowed_ratio():
@@ -225,7 +227,8 @@ def test_nonfinite_and_undecided():
     x = ref.copy()
     x[0, 1, 2, 3] = np.nan
     a = _verdict.assess("v", x, ref, scale=ref, claims=f32, view=_verdict.BudgetView(d, la),
-                        reference_outputs={"scan": ref, "chunked": ref, "chunked_wide": ref})
+                        reference_outputs=_verdict.References(
+                            {"scan": ref, "chunked": ref, "chunked_wide": ref}, yardstick(None)))
     assert a.failed_tier == "nonfinite" and a.reason == "v: 1 non-finite value(s), first at (0, 1, 2, 3)"
     b = _verdict.assess("v", ref, ref, scale=ref, claims=f32, view=_verdict.BudgetView(d, la),
                         reference_outputs=None)
@@ -237,21 +240,21 @@ def test_nonfinite_and_undecided():
 
 def test_baseline_follows_what_is_known_of_the_structure():
     e = {"scan": 9.0, "chunked": 1.0, "chunked_wide": 4.0}
-    assert _verdict.baseline_error(e, 1) == 9.0           # a step-by-step kernel: the scan
-    assert _verdict.baseline_error(e, 64) == 1.0          # a chunked one: the chunked reference
-    assert _verdict.baseline_error(e, None) == 3.0        # unknown: widened to the geometric mean
-    assert _verdict.baseline_error({**e, "scan": 1.0}, None) == 2.0      # ... towards either extreme
-    assert _verdict.baseline_error({**e, "scan": 0.5, "chunked_wide": 0.5}, None) == 1.0
-    assert _verdict.baseline_error({**e, "scan": math.inf}, None) == math.inf
+    assert _judge.baseline_error(e, 1) == 9.0           # a step-by-step kernel: the scan
+    assert _judge.baseline_error(e, 64) == 1.0          # a chunked one: the chunked reference
+    assert _judge.baseline_error(e, None) == 3.0        # unknown: widened to the geometric mean
+    assert _judge.baseline_error({**e, "scan": 1.0}, None) == 2.0      # ... towards either extreme
+    assert _judge.baseline_error({**e, "scan": 0.5, "chunked_wide": 0.5}, None) == 1.0
+    assert _judge.baseline_error({**e, "scan": math.inf}, None) == math.inf
     # an extreme erring more than (R/m)^2 times the chunks is itself correct: a kernel erring up to
     # m times as much still passes
     R, m = tol("calibrated_ratio"), tol("calibrated_extreme_margin")
     far = {**e, "scan": 4 * (R / m) ** 2}
-    assert _verdict.baseline_error(far, None) == pytest.approx(4 * R / m, rel=1e-15)
-    assert _verdict.baseline_error(far, None) > math.sqrt(far["scan"])
-    assert R * _verdict.baseline_error(far, None) == pytest.approx(m * far["scan"], rel=1e-15)
+    assert _judge.baseline_error(far, None) == pytest.approx(4 * R / m, rel=1e-15)
+    assert _judge.baseline_error(far, None) > math.sqrt(far["scan"])
+    assert R * _judge.baseline_error(far, None) == pytest.approx(m * far["scan"], rel=1e-15)
     near = {**e, "scan": (R / m) ** 2 / 2}              # within (R/m)^2: the geometric mean rules
-    assert _verdict.baseline_error(near, None) == math.sqrt(near["scan"])
+    assert _judge.baseline_error(near, None) == math.sqrt(near["scan"])
 
 
 def _narrow(p: Problem, dtype) -> Problem:

@@ -197,7 +197,7 @@ def test_looseness_notes_say_when_a_declaration_would_sharpen_the_verdict():
     # the rule of docs/budgets.md section 8 on given reference errors: unknown structure widens
     # the baseline to max(c, sqrt(c s), sqrt(c w), m s / R, m w / R); a note when that exceeds
     # R times the 64-step chunked reference's (here m s / R = 1.5 * 200 / 6 = 50 > 6)
-    from glaref._audit._verdict import looseness_notes
+    from glaref.gla._judge import looseness_notes
 
     errs = {"scan": 200.0, "chunked": 1.0, "chunked_wide": 2.0}
     (note,) = looseness_notes("h_T", errs, None, floor=0.0)

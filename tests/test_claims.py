@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 import glaref
-from glaref._audit import _verdict
 from glaref._audit._claims import Claims
-from glaref.gla import _designs
+from glaref.gla import _designs, _judge
 from glaref.testing import check_kernel
 
 TINY = "1,1,2,4,3"
@@ -94,9 +93,9 @@ def test_one_table_says_which_reference_kernels_run_and_which_the_kernel_is_held
     assert list(_designs.yardstick(128, "segment_sums", "direct").designs) == ["chunked"]
     # the verdict reads the same table: held to its reference, widened by the extremes
     errs = {"scan": 9.0, "chunked": 1.0, "chunked_wide": 1.0}
-    assert _verdict.baseline_error(errs, 1) == 9.0
-    assert _verdict.baseline_error({"chunked": 2.0}, 128) == 2.0
-    assert _verdict.baseline_error(errs, None) == 3.0
+    assert _judge.baseline_error(errs, 1) == 9.0
+    assert _judge.baseline_error({"chunked": 2.0}, 128) == 2.0
+    assert _judge.baseline_error(errs, None) == 3.0
 
 
 def test_an_undeclared_dlog_alpha_form_is_held_to_the_direct_form_the_identity_in_the_envelope():

@@ -45,7 +45,7 @@ class Yardstick:
     to, the roles that widen that baseline when the kernel's structure is unknown (each a
     correct design the kernel might be), and the field's correct but less accurate designs
     (``field``) whose errors bound the envelope: beyond the baseline but within the envelope a
-    kernel is *less accurate*, beyond the envelope it FAILs (``glaref._audit._verdict.assess``).
+    kernel is *less accurate*, beyond the envelope it FAILs (``glaref._audit._verdict.calibrated``).
     ``dlog_alpha_form``: the form of dlog_alpha the designs of every output are read in
     ("direct" or "identity", ``key``)."""
 

@@ -331,7 +331,7 @@ def summary(records, *, first: bool = True) -> tuple[int, str]:
 
 
 def notes(records, most: int = 6) -> list[str]:
-    """The rows' notes (``_verdict.looseness_notes``: where an undeclared chunk structure or
+    """The rows' notes (``_verdict.looseness``: where an undeclared chunk structure or
     dlog_alpha form left a verdict looser than a declaration would; the less accurate outputs'
     reasons), one line each with its row, at most ``most`` and a count of the rest (all are in
     the JSON report)."""

@@ -1,14 +1,18 @@
 """The verdict rule: is an output's error what a correct kernel makes, or a bug?
 
 Two tiers, decided per output (o, h_T and the gradients of q, k, v, log_alpha, h0) by
-:func:`assess`, the one function the audit engine, the testing API and the tools call:
+:func:`assess` for the scalar gate (``glaref.gla._judge`` calls it for the audit engine, the
+testing API and the tools). The calibrated tier's outcome is :func:`calibrated`, from
+family-neutral figures (the kernel's error, the reference kernels' by role and the family's
+yardstick), the one decision both families' verdicts make (the gated delta rule's:
+``glaref.delta._family.assess_output``, whose proven tier is silent):
 
 * Calibrated (the default decision). The kernel's normwise error ||x - ref||_2 is compared with
   the error that correct kernels make on exactly the same inputs in the same arithmetic: glaref's
   same-precision reference kernels (``glaref.gla._baseline``: a step-by-step scan and a chunked
   kernel, evaluated in the kernel's compute precision, their outputs rounded to the dtypes the
   kernel returned). The output fails when its error exceeds ``calibrated_ratio`` times the
-  baseline (``baseline_error``), the baseline never below one rounding of every element
+  baseline (``widen``), the baseline never below one rounding of every element
   (``calibrated_floor``). Which reference is the baseline depends on what is known of the
   kernel's structure (``chunk_size``): a step-by-step kernel (1) is held to the scan, a chunked
   one (C) to the chunked reference at C, and an unknown one to the chunked reference, widened to
@@ -70,16 +74,16 @@ reason.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from .._inputs import OUTPUTS, Dims, Problem
-from ..gla._designs import yardstick
 from ..tolerances import UNIT_ROUNDOFF, lookup, tol
 from . import _metrics
-from ._designs import Yardstick
+from ._designs import Design, Yardstick
 
 if TYPE_CHECKING:                        # _claims reads this module's vocabulary
     from ._claims import Claims
@@ -293,31 +297,25 @@ def reference_arithmetic(compute_dtype: str, accumulate_dtype: str | None,
     return {"arith": "float32", "operand": compute_dtype, "storage": acc}
 
 
-def baseline_error(errors: dict[str, float], chunk_size: int | None,
-                   decay_form: str | None = None) -> float:
-    """The baseline of one output, from the normwise errors of the reference kernels
-    (``_judge.Truth.references``) by role, which ``glaref.gla._designs.yardstick(chunk_size)`` names.
+def widen(errors: dict[str, float], stick: Yardstick) -> float:
+    """The baseline of one output, from the normwise errors of the reference kernels by role
+    (``errors``), which the family's yardstick ``stick`` names (the scalar gate's:
+    ``glaref.gla._judge.baseline_error``).
 
-    A kernel is held to its yardstick's ``held_to`` reference: the scan for a step-by-step kernel
-    (chunk_size 1), the chunked reference run at C for a chunked one. A kernel of unknown
-    structure may lie anywhere between a step-by-step scan and chunks of CHUNK_WIDE steps (the
-    yardstick's ``extremes``); it is held to the 64-step chunked reference (the form production
-    kernels use), widened towards either extreme by the geometric mean where that extreme errs
-    more: max(c, sqrt(c s), sqrt(c w)). On long-memory inputs the scan's sequential accumulation
-    errs several times more than chunks do; on slowly decaying states and under the dlog_alpha
+    A kernel is held to its yardstick's ``held_to`` reference: the scan for a step-by-step kernel,
+    the chunked reference run at C for a chunked one. A kernel of unknown structure may lie
+    anywhere between the yardstick's ``extremes`` (a step-by-step scan, wide chunks); it is held
+    to the chunked reference at the family's default chunk (the form production kernels use),
+    widened towards either extreme by the geometric mean where that extreme errs more:
+    max(c, sqrt(c s), sqrt(c w)). On long-memory inputs the scan's sequential accumulation errs
+    several times more than chunks do; on slowly decaying states and under the dlog_alpha
     identity, wide chunks do (docs/budgets.md, section 8). Each extreme is itself a correct
     kernel, so the baseline never drops below m / R times its error (m =
-    ``calibrated_extreme_margin``): where an extreme errs more than (R / m)^2 times the 64-step
+    ``calibrated_extreme_margin``): where an extreme errs more than (R / m)^2 times the held-to
     chunks (bfloat16 inputs under near-one gates at T >= 2048, whose products are exact in
     float32 while the scan rounds its state every step), a kernel erring up to m times as much
-    as that extreme still passes: max(c, sqrt(c s), sqrt(c w), m s / R, m w / R)."""
-    return widen(errors, yardstick(chunk_size, decay_form))
-
-
-def widen(errors: dict[str, float], stick: Yardstick) -> float:
-    """The rule of :func:`baseline_error` for any family's yardstick ``stick``: the error of its
-    ``held_to`` reference, widened towards each of its ``extremes``, max(c, sqrt(c x), m x / R)
-    over the extremes x (inf where one of them is not finite)."""
+    as that extreme still passes: max(c, sqrt(c x), m x / R) over the extremes x (inf where one
+    of them is not finite)."""
     c = errors[stick.held_to]
     if not stick.extremes:
         return c
@@ -328,18 +326,19 @@ def widen(errors: dict[str, float], stick: Yardstick) -> float:
     return max([c] + [math.sqrt(c * x) for x in others] + [m_over_R * x for x in others])
 
 
-def looseness_notes(output: str, errors: dict[str, float], chunk_size: int | None,
-                    floor: float, decay_form: str | None = None) -> list[str]:
+def looseness(output: str, errors: dict[str, float], stick: Yardstick,
+              floor: float) -> list[str]:
     """Where the kernel's unknown structure made this output's verdict looser than a declared
     one would be by more than the allowed ratio R (a kernel of that structure could then err
     over R^2 times its own error and pass): one sentence saying what sharpens it.
 
-    Structure (chunk_size None): the baseline against that of a kernel declaring 64-step chunks
-    (the chunked reference alone), both floored as the verdict floors them."""
+    Structure (``stick`` with ``extremes``): the baseline (:func:`widen`) against that of a
+    kernel declaring the chunks of its ``held_to`` reference (that reference alone), both
+    floored at ``floor`` as the verdict floors them. ``errors``: the reference kernels' normwise
+    errors by role."""
     R = tol("calibrated_ratio")
     notes = []
-    base = max(baseline_error(errors, chunk_size, decay_form), floor)
-    stick = yardstick(chunk_size, decay_form)
+    base = max(widen(errors, stick), floor)
     if stick.extremes and stick.held_to in errors:
         held = errors[stick.held_to]
         sharp = max(held, floor)
@@ -383,7 +382,7 @@ class Assessment:
     # than the most accurate designs, within the field's, and strict was asked for)
     failed_tier: str | None = None
     reason: str = ""
-    notes: list[str] = field(default_factory=list)   # where the verdict is looser (looseness_notes)
+    notes: list[str] = field(default_factory=list)   # where the verdict is looser (looseness)
     # calibrated tier: ||x - ref|| over the envelope of the field's correct designs (the largest
     # of the baseline and their errors); ``ratio`` is the one to the most accurate ones (x_best)
     envelope_ratio: float | None = None
@@ -444,11 +443,123 @@ def _norm(x: np.ndarray) -> float:
     return float(np.linalg.norm(x.ravel()))
 
 
+def _over(err: float, base: float) -> float:
+    """err / base, 0 for no error and inf for a zero base."""
+    return 0.0 if err == 0 else (err / base if base > 0 else math.inf)
+
+
+def flag_nonfinite(a: Assessment) -> bool:
+    """Fail ``a`` when its output has a non-finite value (every family's first rule); whether
+    it did."""
+    if a.nonfinite:
+        first = a.first_nonfinite
+        where = "" if first is None else f", first at {tuple(first)}"
+        a.failed_tier, a.reason = "nonfinite", f"{a.output}: {a.nonfinite} non-finite value(s){where}"
+    return bool(a.nonfinite)
+
+
+class References(NamedTuple):
+    """The same-precision reference kernels that judge one output: ``outputs`` {role: value},
+    already rounded to the dtype the kernel returned it in, and the family's yardstick
+    ``stick`` that names the roles (``glaref._audit._designs.Yardstick.roles``)."""
+
+    outputs: dict[str, np.ndarray]
+    stick: Yardstick
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the calibrated tier judges one output's error by: ``errors`` the reference kernels'
+    normwise errors ||r - ref||_2 by role (None: they did not run), ``stick`` the family's
+    yardstick naming the roles, ``floor`` the least baseline (:func:`calibrated_floor`) and
+    ``ref_norm`` the oracle's ||ref||_2 (the baseline is reported relative to it)."""
+
+    errors: dict[str, float] | None
+    stick: Yardstick | None
+    floor: float
+    ref_norm: float
+
+
+@dataclass(frozen=True)
+class Wording:
+    """What a family's messages add to the calibrated tier's common wording: ``hint`` the
+    declaration that would hold a less accurate kernel to the design that explains its error
+    (from that Design; None: the family says none), ``envelope`` whether a FAIL also gives its
+    ratio to the envelope of the field's designs and names the least accurate of them."""
+
+    hint: Callable[[Design], str] | None = None
+    envelope: bool = False
+
+
+def calibrated(a: Assessment, err: float, cal: Calibration, *, label: str, strict: bool,
+               wording: Wording = Wording(), proven: str | None = None) -> None:
+    """The calibrated tier's figures and outcome of one output, filled into ``a`` (ratio,
+    envelope_ratio, baseline_rel_err, design, failed_tier, reason) for any family: ``err`` the
+    kernel's normwise error ||x - ref||_2, ``cal`` the reference kernels' errors and the
+    yardstick naming them, R ``a.allowed_ratio``.
+
+    Within R times the baseline of the most accurate designs (:func:`widen`, floored), ok; beyond
+    it but within R times the envelope of the field's correct designs (the largest of the
+    baseline and the errors of the yardstick's ``field``), less accurate, the design explaining
+    it the field's design within whose rule the error lies that errs nearest to it, a failure
+    only under ``strict``; beyond both, FAIL. No finite baseline (or no references): undecided,
+    never a pass. ``proven``: the proven tier's failure message, which takes precedence over
+    the calibrated outcome (its figures are still filled). ``label``: the precision the messages
+    name the reference kernels by; ``wording``: the family's additions (:class:`Wording`)."""
+    R = a.allowed_ratio
+    field_errs: dict[str, float] = {}
+    if cal.errors is not None:
+        base = max(widen(cal.errors, cal.stick), cal.floor)
+        a.baseline_rel_err = base / cal.ref_norm if cal.ref_norm else base
+        a.ratio = _over(err, base)
+        field_errs = {r: cal.errors[r] for r in cal.stick.field
+                      if r in cal.errors and math.isfinite(cal.errors[r])}
+        a.envelope_ratio = _over(err, max([base] + list(field_errs.values())))
+    if proven is not None:
+        a.failed_tier, a.reason = "proven", proven
+    elif a.ratio is None or not math.isfinite(a.baseline_rel_err):
+        a.failed_tier = "undecided"
+        a.reason = (f"{a.output}: no verdict: the {label} reference kernels "
+                    f"{'did not run' if a.ratio is None else 'gave a non-finite error'}")
+    elif a.ratio > R and a.envelope_ratio > R:
+        a.failed_tier = "calibrated"
+        a.reason = (f"{a.output}: {a.ratio:.3g}x the error of the {label} reference kernels "
+                    f"(rel_err {a.rel_err:.3g} vs {a.baseline_rel_err:.3g}; allowed {R:g}x)")
+        if wording.envelope and field_errs:
+            widest = max(field_errs, key=field_errs.get)
+            a.reason += (f", {a.envelope_ratio:.3g}x that of every correct design the field "
+                         f"ships (the least accurate here: {cal.stick.designs[widest].family})")
+    elif a.ratio > R:
+        within = [r for r, e in field_errs.items() if err <= R * e]
+        design = cal.stick.designs[min(within, key=lambda r: abs(math.log(err / field_errs[r])))]
+        a.design = design.family
+        a.reason = (f"{a.output}: less accurate: {a.ratio:.3g}x the error of the most accurate "
+                    f"{label} reference kernels (allowed {R:g}x), {a.envelope_ratio:.3g}x that "
+                    f"of a correct design the field ships: {a.design}")
+        if wording.hint is not None:
+            a.reason += f"; {wording.hint(design)}"
+        if strict:
+            a.failed_tier = "strict"
+            a.reason += "; a failure under strict"
+    else:
+        a.reason = f"{a.output}: {a.ratio:.3g}x the {label} reference kernels' error (allowed {R:g}x)"
+
+
+def _sharpen(design: Design, chunk_size: int | None) -> str:
+    """The scalar gate's hint for a less accurate kernel explained by ``design``."""
+    if chunk_size is None:
+        also = "decay_form" if design.dlog_alpha is None else design.declares
+        return f"declaring its chunk_size and {also} holds it to its own design"
+    if design.declares is not None:
+        return f"declaring {design.declares} holds it to that design alone"
+    return "no narrower declaration exists"
+
+
 def assess(output: str, x, ref, *, scale, claims: Claims, view: BudgetView,
-           reference_outputs: dict[str, np.ndarray] | None,
+           reference_outputs: References | None,
            returned_dtype: str | None = None) -> Assessment:
     """Figures and the two-tier verdict of one output (module docstring), with the calibrated
-    tier's three outcomes (``Assessment.outcome``): within R times the baseline of the most
+    tier's three outcomes (:func:`calibrated`): within R times the baseline of the most
     accurate designs, ok; beyond it but within R times the envelope of the field's correct
     designs (``glaref._audit._designs.Yardstick.field``: chunk-local cumsum decays, term-by-term
     sums, dlog_alpha by the chunk-local identity), less accurate, a pass unless ``strict``;
@@ -458,18 +569,17 @@ def assess(output: str, x, ref, *, scale, claims: Claims, view: BudgetView,
     value on the same rounded inputs; scale: its error scale (``_budget``; the identity's for
     log_alpha). claims: what is known of the kernel, as the proven bound reads it
     (``glaref.gla._judge.assess_output`` gives them): ``compute_dtype`` the unit of budget_ulps and
-    of the bound (set), ``accumulate_dtype``, ``chunk_size``, ``decay_form``,
-    ``dlog_alpha_form`` (``budget_bound``, ``baseline_error``, ``glaref.gla._designs.yardstick``)
-    and ``strict``; they were checked at the face (``glaref._audit._claims``). view: the problem as the
-    bound takes it (:func:`budget_view`). reference_outputs: {role: value} of the
-    same-precision reference kernels that judge this output
-    (``glaref._audit._designs.Yardstick.roles``), already rounded to the dtype the kernel returned it
-    in (None: the calibrated tier is not run and the verdict cannot pass). returned_dtype: the
-    dtype the kernel returned this output in (the floor's rounding; None: the compute dtype).
-    Messages name the references' precision by the compute dtype.
+    of the bound (set), ``accumulate_dtype``, ``chunk_size`` (``budget_bound``) and ``strict``;
+    they were checked at the face (``glaref._audit._claims``). view: the problem as the
+    bound takes it (:func:`budget_view`). reference_outputs: the same-precision reference
+    kernels that judge this output and the yardstick naming them (:class:`References`, the
+    scalar gate's ``glaref.gla._designs.yardstick`` of the claims' chunk_size, decay_form and
+    dlog_alpha_form; None: the calibrated tier is not run and the verdict cannot pass).
+    returned_dtype: the dtype the kernel returned this output in (the floor's rounding; None:
+    the compute dtype). Messages name the references' precision by the compute dtype.
     """
     compute_dtype, accumulate_dtype = claims.compute_dtype, claims.accumulate_dtype
-    chunk_size, decay_form = claims.chunk_size, claims.decay_form
+    chunk_size = claims.chunk_size
     dims, log_alpha = view
     _check_output(output)
     x = np.asarray(x)
@@ -482,61 +592,23 @@ def assess(output: str, x, ref, *, scale, claims: Claims, view: BudgetView,
     R = tol("calibrated_ratio")
     a = Assessment(output, m["rel_err"], m["max_abs_err"], m["budget_ulps"], bound, None, None, R,
                    count, first)
-    label = compute_dtype
-    if count:
-        where = "" if first is None else f", first at {tuple(first)}"
-        a.failed_tier, a.reason = "nonfinite", f"{output}: {count} non-finite value(s){where}"
+    if flag_nonfinite(a):
         return a
     ref_norm = _norm(ref)
-    err = _norm(x64 - ref)
+    errs, stick, floor = None, None, 0.0
     if reference_outputs is not None:
-        errs = {k: _norm(np.asarray(v, dtype=np.float64) - ref) for k, v in reference_outputs.items()}
+        stick = reference_outputs.stick
+        errs = {k: _norm(np.asarray(v, dtype=np.float64) - ref)
+                for k, v in reference_outputs.outputs.items()}
         floor = calibrated_floor(ref_norm, returned_dtype, compute_dtype, output, dims, ref.size)
-        base = max(baseline_error(errs, chunk_size, decay_form), floor)
-        a.baseline_rel_err = base / ref_norm if ref_norm else base
-        a.ratio = 0.0 if err == 0 else (err / base if base > 0 else math.inf)
-        stick = yardstick(chunk_size, decay_form, claims.dlog_alpha_form)
-        field_errs = {r: errs[r] for r in stick.field if r in errs and math.isfinite(errs[r])}
-        env = max([base] + list(field_errs.values()))
-        a.envelope_ratio = 0.0 if err == 0 else (err / env if env > 0 else math.inf)
-        widest = max(field_errs, key=field_errs.get) if field_errs else None
-        if math.isfinite(base):
-            a.notes = looseness_notes(output, errs, chunk_size, floor, decay_form)
+        if math.isfinite(max(widen(errs, stick), floor)):
+            a.notes = looseness(output, errs, stick, floor)
+    proven = None
     if a.budget_ulps is not None and a.budget_ulps > bound:
         acc = "" if accumulate_dtype is None else f", accumulating in {accumulate_dtype}"
-        a.failed_tier = "proven"
-        a.reason = (f"{output}: beyond any correct kernel: budget_ulps {a.budget_ulps:.4g} > proven "
-                    f"bound {bound:.4g} ({compute_dtype}{acc}, chunk_size={chunk_size})")
-    elif a.ratio is None or not math.isfinite(a.baseline_rel_err):
-        a.failed_tier = "undecided"
-        a.reason = (f"{output}: no verdict: the {label} reference kernels "
-                    f"{'did not run' if a.ratio is None else 'gave a non-finite error'}")
-    elif a.ratio > R and a.envelope_ratio > R:
-        a.failed_tier = "calibrated"
-        a.reason = (f"{output}: {a.ratio:.3g}x the error of the {label} reference kernels "
-                    f"(rel_err {a.rel_err:.3g} vs {a.baseline_rel_err:.3g}; allowed {R:g}x)")
-        if widest is not None:
-            a.reason += (f", {a.envelope_ratio:.3g}x that of every correct design the field "
-                         f"ships (the least accurate here: {stick.designs[widest].family})")
-    elif a.ratio > R:
-        # the design that explains it: of the field's designs within whose rule it lies, the
-        # one whose error is nearest its own
-        within = [r for r, e in field_errs.items() if err <= R * e]
-        design = stick.designs[min(within, key=lambda r: abs(math.log(err / field_errs[r])))]
-        a.design = design.family
-        if chunk_size is None:
-            also = "decay_form" if design.dlog_alpha is None else design.declares
-            sharpen = f"declaring its chunk_size and {also} holds it to its own design"
-        elif design.declares is not None:
-            sharpen = f"declaring {design.declares} holds it to that design alone"
-        else:
-            sharpen = "no narrower declaration exists"
-        a.reason = (f"{output}: less accurate: {a.ratio:.3g}x the error of the most accurate "
-                    f"{label} reference kernels (allowed {R:g}x), {a.envelope_ratio:.3g}x that "
-                    f"of a correct design the field ships: {a.design}; {sharpen}")
-        if claims.strict:
-            a.failed_tier = "strict"
-            a.reason += "; a failure under strict"
-    else:
-        a.reason = f"{output}: {a.ratio:.3g}x the {label} reference kernels' error (allowed {R:g}x)"
+        proven = (f"{output}: beyond any correct kernel: budget_ulps {a.budget_ulps:.4g} > proven "
+                  f"bound {bound:.4g} ({compute_dtype}{acc}, chunk_size={chunk_size})")
+    calibrated(a, _norm(x64 - ref), Calibration(errs, stick, floor, ref_norm),
+               label=compute_dtype, strict=claims.strict,
+               wording=Wording(lambda d: _sharpen(d, chunk_size), envelope=True), proven=proven)
     return a

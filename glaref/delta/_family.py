@@ -187,10 +187,11 @@ def _unit(c: Claims) -> str:
 def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, final: bool,
                   grads: bool, claims: Claims) -> _verdict.Assessment:
     """The Assessment of output ``name`` (canonical value ``x``, returned in ``dtype``): the
-    calibrated tier's three outcomes as ``glaref._audit._verdict.assess`` words them (ok within R
-    times the baseline of the most accurate designs, less accurate within R times the envelope
-    of the field's correct designs, FAIL beyond), with the delta family's yardstick; the proven
-    tier silent (bound infinite)."""
+    calibrated tier's three outcomes, ``glaref._audit._verdict.calibrated`` (ok within R times the
+    baseline of the most accurate designs, less accurate within R times the envelope of the
+    field's correct designs, FAIL beyond), with the delta family's yardstick and its wording (no
+    declaration hint; a FAIL gives the ratio to the baseline alone); the proven tier silent
+    (bound infinite)."""
     unit = _unit(claims)
     cdtype = claims.compute_dtype or claims.dtype
     floor_name = _FLOOR_AS.get(name, name)
@@ -202,46 +203,20 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
     sc = truth.scales(final, grads)[name]
     ulps = _metrics.budget_ulps(floor_name, x64, ref, sc, unit, dims)[0] \
         if np.isfinite(sc).all() else math.nan
-    R = tol("calibrated_ratio")
     a = _verdict.Assessment(name, _metrics.rel_err(x64, ref), _metrics.max_abs_err(x64, ref),
-                            ulps, math.inf, None, None, R, count, first)
-    if count:
-        where = "" if first is None else f", first at {tuple(first)}"
-        a.failed_tier, a.reason = "nonfinite", f"{name}: {count} non-finite value(s){where}"
+                            ulps, math.inf, None, None, tol("calibrated_ratio"), count, first)
+    if _verdict.flag_nonfinite(a):
         return a
     arith = _verdict.reference_arithmetic(cdtype, claims.accumulate_dtype, claims.operand_dtype)
     refs = truth.references(final, grads, claims.chunk_size, arith, claims.decay_form)
     errs = {role: float(np.linalg.norm((_rounding.round_to(v[name], dtype) - ref).ravel()))
             for role, v in refs.items()}
     ref_norm = float(np.linalg.norm(ref.ravel()))
-    err = float(np.linalg.norm((x64 - ref).ravel()))
-    stick = _designs.yardstick(claims.chunk_size, claims.decay_form)
     floor = _verdict.calibrated_floor(ref_norm, dtype, cdtype, floor_name, dims, ref.size)
-    base = max(_verdict.widen(errs, stick), floor)
-    field = {r: errs[r] for r in stick.field if math.isfinite(errs[r])}
-    env = max([base] + list(field.values()))
-    a.baseline_rel_err = base / ref_norm if ref_norm else base
-    a.ratio = 0.0 if err == 0 else (err / base if base > 0 else math.inf)
-    a.envelope_ratio = 0.0 if err == 0 else (err / env if env > 0 else math.inf)
-    label = f"{cdtype} reference kernels"
-    if not math.isfinite(a.baseline_rel_err):
-        a.failed_tier = "undecided"
-        a.reason = f"{name}: no verdict: the {label} gave a non-finite error"
-    elif a.ratio > R and a.envelope_ratio > R:
-        a.failed_tier = "calibrated"
-        a.reason = (f"{name}: {a.ratio:.3g}x the error of the {label} (rel_err {a.rel_err:.3g} "
-                    f"vs {a.baseline_rel_err:.3g}; allowed {R:g}x)")
-    elif a.ratio > R:
-        widest = max(field, key=field.get)
-        a.design = stick.designs[widest].family
-        a.reason = (f"{name}: less accurate: {a.ratio:.3g}x the error of the most accurate "
-                    f"{label} (allowed {R:g}x), {a.envelope_ratio:.3g}x that of a correct design "
-                    f"the field ships: {a.design}")
-        if claims.strict:
-            a.failed_tier = "strict"
-            a.reason += "; a failure under strict"
-    else:
-        a.reason = f"{name}: {a.ratio:.3g}x the {label}' error (allowed {R:g}x)"
+    cal = _verdict.Calibration(errs, _designs.yardstick(claims.chunk_size, claims.decay_form),
+                               floor, ref_norm)
+    _verdict.calibrated(a, float(np.linalg.norm((x64 - ref).ravel())), cal, label=cdtype,
+                        strict=claims.strict)
     return a
 
 

@@ -8,9 +8,9 @@ kernel errs. :func:`yardstick` reads what is claimed (the chunk size, the decay 
 dlog_alpha form) and returns which reference kernels to run (``Yardstick.designs``, read by
 ``glaref.gla._judge.Truth.references`` to run them), which of their outputs judges each of the
 kernel's (``Yardstick.key``), and how their errors combine into the baseline
-(``Yardstick.held_to`` and ``Yardstick.extremes``, read by ``glaref._audit._verdict.baseline_error`` and
-``looseness_notes``) and into the envelope of the field's correct designs (``Yardstick.field``,
-read by ``glaref._audit._verdict.assess``: ok within the baseline's rule, less accurate within the
+(``Yardstick.held_to`` and ``Yardstick.extremes``, read by ``glaref._audit._verdict.widen`` and
+``looseness``) and into the envelope of the field's correct designs (``Yardstick.field``,
+read by ``glaref._audit._verdict.calibrated``: ok within the baseline's rule, less accurate within the
 envelope's, FAIL beyond it; docs/budgets.md, section 9).
 
 Adding a reference design:
@@ -75,7 +75,7 @@ def yardstick(chunk_size: int | None, decay_form: str | None = None,
     cumsum design at C, or to that design alone when it declares chunk_cumsum decays (and the
     segment-sum one alone when it declares segment sums); one of unknown structure to the
     64-step chunked reference, widened towards a scan and towards 256-step chunks
-    (``glaref._audit._verdict.baseline_error``), its envelope the chunk-local cumsum design at 64 steps
+    (``glaref._audit._verdict.widen``), its envelope the chunk-local cumsum design at 64 steps
     (flash-linear-attention's default chunk) and the term-by-term scan.
 
     dlog_alpha: a kernel declaring the identity is held to the references' own form (the

@@ -200,7 +200,7 @@ def build_arrays(spec: Spec, dtype: str, impl: str = ORACLE_IMPL) -> dict[str, n
         fig["underflow_floor"][i] = _metrics.underflow_floor(g, dtype, p.dims)
         for r, s in enumerate(STRUCTURES):
             cs = STRUCTURE_CHUNK[s]
-            fig["baseline_err"][r, i] = max(_verdict.baseline_error(errs, cs), fig["floor_err"][i])
+            fig["baseline_err"][r, i] = max(_judge.baseline_error(errs, cs), fig["floor_err"][i])
             fig["proven_bound"][r, i] = _verdict.budget_bound(g, dtype, p.dims, cs, log_alpha=p.log_alpha,
                                                               accumulate_dtype=acc)
     a["scale"] = np.array(float(spec.scale))

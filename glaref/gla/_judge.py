@@ -171,12 +171,13 @@ def assess_output(truth: Truth, name: str, x: np.ndarray, dtype: str | None, *, 
     sc = scales["log_alpha_identity"] if name == "log_alpha" else scales[name]
     # each reference kernel's value of this output, dlog_alpha in the form its role reads
     ref_out = {r: _baseline.round_to(refs[r][stick.key(r, name)], dtype) for r in stick.roles(name)}
+    judged_by = _verdict.References(ref_out, stick)
     # the proven bound takes scalar gates of one sequence per row: vector gates and packed
     # sequences are presented to it as such (_verdict.budget_view)
     proven, proven_acc = proven_arithmetic(c)
     return _verdict.assess(name, x, truth.reference(name, final), scale=sc,
                            claims=replace(c, compute_dtype=proven, accumulate_dtype=proven_acc),
-                           view=truth.budget_view(), reference_outputs=ref_out,
+                           view=truth.budget_view(), reference_outputs=judged_by,
                            returned_dtype=dtype)
 
 
@@ -194,6 +195,26 @@ def assess_outputs(truth: Truth, outputs: dict[str, np.ndarray], dtypes: dict[st
     return {name: assess_output(truth, name, outputs[name], dtypes.get(name), final=final,
                                 grads=grads, claims=c)
             for name in OUTPUTS if outputs.get(name) is not None and c.judged(name)}
+
+
+def baseline_error(errors: dict[str, float], chunk_size: int | None,
+                   decay_form: str | None = None) -> float:
+    """The baseline of one output of a scalar-gate kernel of ``chunk_size`` (1: step by step;
+    None: unknown) and ``decay_form``, from the normwise errors of the reference kernels
+    (:meth:`Truth.references`) by role: ``glaref._audit._verdict.widen`` with the roles
+    ``glaref.gla._designs.yardstick(chunk_size, decay_form)`` names (the scan, the chunked
+    reference at C, or for an unknown structure the 64-step chunked reference widened towards
+    the scan and 256-step chunks)."""
+    return _verdict.widen(errors, yardstick(chunk_size, decay_form))
+
+
+def looseness_notes(output: str, errors: dict[str, float], chunk_size: int | None,
+                    floor: float, decay_form: str | None = None) -> list[str]:
+    """Where a scalar-gate kernel's unknown structure (``chunk_size`` None) made ``output``'s
+    verdict looser than a declared one would be by more than the allowed ratio:
+    ``glaref._audit._verdict.looseness`` with ``glaref.gla._designs.yardstick(chunk_size,
+    decay_form)``."""
+    return _verdict.looseness(output, errors, yardstick(chunk_size, decay_form), floor)
 
 
 def locate_nonfinite(per: dict[str, _verdict.Assessment], canonical: dict[str, np.ndarray],
