@@ -217,7 +217,7 @@ def audit(impls=None, configs=None, seqs=None, modes=None, *, preset: str = "qui
     for float32 matmuls at default precision on an NVIDIA GPU). What the verdict assumes of a
     user kernel (its claims, ``glaref._audit._claims.Claims``): ``chunk_size`` (its chunk length, 1 for
     a step-by-step scan: the reference kernels and the bound follow it; None: unknown, see
-    ``glaref._audit._verdict.baseline_error``) and ``accumulate_dtype`` (the dtype a 16-bit kernel
+    ``glaref.gla._judge.baseline_error``) and ``accumulate_dtype`` (the dtype a 16-bit kernel
     accumulates and carries its states in; None: float32, what production kernels do; pass the
     input dtype itself, e.g. "bfloat16", for a kernel that rounds everything to it, whose bound
     is then usually infinite, so only non-finite values fail). Built-in kernels carry their own
