@@ -141,9 +141,9 @@ def matvec(M, y, out, mode_o, mode_s, order):  # pragma: no cover - compiled
 def frob(A, Bm, order):  # pragma: no cover - compiled
     """<A, B>: ``order`` 0 a dot product per row, then the rows' sums pairwise; 1 all dk dv terms
     one after another, row by row."""
-    acc = np.empty(9, A.dtype)
+    acc = np.zeros(9, A.dtype)      # zeros: acc[0] is the sums' zero in the working dtype
     if order == 1:
-        s = acc[0] - acc[0]
+        s = acc[0]
         for i in range(A.shape[0]):
             for j in range(A.shape[1]):
                 s += A[i, j] * Bm[i, j]
@@ -160,7 +160,7 @@ def frob(A, Bm, order):  # pragma: no cover - compiled
             rows[h] = rows[n - 1]
             h += 1
         n = h
-    return rows[0] if rows.shape[0] else acc[0] - acc[0]
+    return rows[0] if rows.shape[0] else acc[0]
 
 
 @_jit
