@@ -24,6 +24,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _reports import save_text  # noqa: E402
 
 from glaref._audit._metrics import rel_err  # noqa: E402
 from glaref._inputs import Dims  # noqa: E402
@@ -83,11 +86,7 @@ def main(argv=None) -> int:
                     lines.append(row)
                     print(row, file=sys.stderr, flush=True)
     lines.append(f"load average at the end {os.getloadavg()[0]:.1f}")
-    text = "\n".join(lines) + "\n"
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
-    print(text, end="")
+    save_text("\n".join(lines) + "\n", a.out)
     return 0
 
 

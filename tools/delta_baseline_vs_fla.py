@@ -23,6 +23,9 @@ import types
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _reports import save_text  # noqa: E402
 
 from glaref._audit._metrics import rel_err  # noqa: E402
 from glaref._inputs import Dims  # noqa: E402
@@ -111,11 +114,7 @@ def main(argv=None) -> int:
                     f"{rel_err(res[n], ref[n]):9.2e}" for n in OUTPUTS)
                 lines.append(row)
                 print(row, file=sys.stderr, flush=True)
-    text = "\n".join(lines) + "\n"
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
-    print(text, end="")
+    save_text("\n".join(lines) + "\n", a.out)
     return 0
 
 

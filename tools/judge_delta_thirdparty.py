@@ -44,6 +44,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Tuple
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _reports import finish  # noqa: E402
+
 OUTS = ("o", "h_T", "q", "k", "v", "beta", "log_alpha", "h0")
 MAXTEXT_FILES = ("src/maxtext/models/qwen3.py", "src/MaxText/layers/qwen3.py")
 LINEARNEXUS_FILE = "linearnexus/modules/linear_attn/gated_deltanet.py"
@@ -230,13 +233,7 @@ def main(argv=None) -> int:
          head, *lines, f"env: {json.dumps(env)}",
          "configs (B, G, H, dk, dv): " + "; ".join(f"{k}={v}" for k, v in CONFIGS.items())
          + f" (T > 130: {list(CONFIGS)[0]} only)"]) + "\n"
-    print(text)
-    if a.out:
-        with open(a.out + ".txt", "w") as f:
-            f.write(text)
-        with open(a.out + ".json", "w") as f:
-            json.dump(dict(env=env, rows=rows), f, indent=1, default=str)
-    return 1 if any(r["outcome"] == "FAIL" for r in rows) else 0
+    return finish(text, a.out, env, rows)
 
 
 if __name__ == "__main__":

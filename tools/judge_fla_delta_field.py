@@ -49,6 +49,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import judge_fla_delta as jfd  # noqa: E402
+from _reports import finish  # noqa: E402
 
 REFS = tuple(jfd.REFERENCES)
 GRADS = ("q", "k", "v", "beta", "log_alpha", "h0")
@@ -314,13 +315,7 @@ def main(argv=None) -> int:
          f"env: {json.dumps(env)}",
          "configs: seed = the seed's four (B, G, H, dk, dv); cut = batch 1, at most 2 value "
          "heads (G <= H); GDN references run with G = H"]) + "\n"
-    print(text)
-    if a.out:
-        with open(a.out + ".txt", "w") as f:
-            f.write(text)
-        with open(a.out + ".json", "w") as f:
-            json.dump(dict(env=env, rows=rows), f, indent=1, default=str)
-    return 1 if any(r["outcome"] == "FAIL" for r in rows) else 0
+    return finish(text, a.out, env, rows)
 
 
 if __name__ == "__main__":
