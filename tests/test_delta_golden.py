@@ -6,10 +6,11 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from glaref import golden
 from glaref.delta import _golden as dg
-from glaref.gla._golden import MAX_TOTAL_BYTES, npz_bytes
+from glaref.gla._golden import MAX_TOTAL_BYTES, fingerprint, npz_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "oracles" / "delta"
@@ -49,6 +50,13 @@ def test_cases_load_and_hold_the_oracle_on_their_inputs():
 
 
 def test_regeneration_is_bit_identical():
-    for spec in (dg.SPECS[0], dg.SPECS[-1]):
-        e = golden.manifest(FOLDER)["cases"][f"{spec.name}-{dg.DTYPE}"]
-        assert hashlib.sha256(npz_bytes(dg.build_arrays(spec))).hexdigest() == e["sha256"]
+    """On the platform that generated them: the gradients' last bits follow the BLAS kernel
+    (the oracle's matrix-vector products), so elsewhere the files are checked by verify, within
+    "golden_recompute", and by the test above."""
+    arrays = {spec.name: dg.build_arrays(spec) for spec in (dg.SPECS[0], dg.SPECS[-1])}
+    doc = golden.manifest(FOLDER)
+    if fingerprint() != doc["generator"]["platform"]:
+        pytest.skip(f"bit-for-bit regeneration holds on the generating platform "
+                    f"{doc['generator']['platform']}, this is {fingerprint()}")
+    for name, a in arrays.items():
+        assert hashlib.sha256(npz_bytes(a)).hexdigest() == doc["cases"][f"{name}-{dg.DTYPE}"]["sha256"]

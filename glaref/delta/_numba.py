@@ -6,52 +6,49 @@
         -> (dq, dk, dv, dbeta, dlog_alpha, dh0)
 
 The equations are the reference's (docs/math_delta.md, sections 1 and 2), step by step. The
-forward runs over the rows i of the state S (dk, dv), row-major, so that the inner loops run
-over dv contiguous numbers:
+state S (dk, dv) is kept row-major, so that the inner loops run over dv contiguous numbers.
+
+Forward, one sweep over the rows per step:
 
     pass 1   S~[i] = a_i S[i];  p += k_i S~[i]           (p = S~^T k)
     then     r = v - p,  u = beta r
     pass 2   S[i] = S~[i] + k_i u;  o_acc += q_i S[i]   (o = scale S^T q)
 
-Each row's part of a pass needs only that row, so a step costs one sweep over the state: pass 2
-of step t runs in the same loop as pass 1 of step t + 1 (the buffer then holds S~_{t+1}).
+Each row's part of a pass needs only that row, so pass 2 of step t runs in the same loop as
+pass 1 of step t + 1 (the buffer then holds S~_{t+1}). The sums over the rows i (S~^T k, S^T q)
+are vectors over j, added row by row in order of i.
 
-The backward's sums run both ways: over i (du = G^T k, in order of i: an axpy over m on a
-row-major matrix) and over m (dq = scale S do, gu = G u, S~ w, <S~[i], D[i]>: each the eight
-partial sums of ``glaref.gla._numba._dot``, one per m mod 8, combined in its fixed tree). A sum over
-m of a row-major matrix would be a scalar loop per row, four per row and step; so the backward
-keeps the states and the adjoint transposed as well, (dv, dk), where the eight partial sums of
-all rows i are vectors over i (``lanes[x, m % 8, i]``, term m added in order of m) and every
-inner loop runs over dk contiguous numbers:
+Backward (the reverse-time adjoint; G_t = dL/dS_t, w = beta du):
 
-    pass 1 (row-major, as the forward's)    S~_t, p_t = S~_t^T k_t of every step
-    per block, transposed                   S_t^T[m] = S~_t^T[m] + u_m k_t;  lanes 0: S_t^T[m] do_m;
-                                            S~_{t+1}^T[m] = a o S_t^T[m];  dq = scale sum(lanes 0)
-    per step t, transposed, row m of G^T    G = C^T[m] + do_m scale q;  D = G - w_m k
-                  (w = beta du)             lanes 1-3: G u_m, S~^T[m] w_m, S~^T[m] o D;
-                                            C^T[m] = a o D    (the carry of t - 1)
-              then dk = sum(lanes 1) - sum(lanes 2), dlog_alpha = sum(lanes 3) (per key, or
-              summed over i for a scalar gate)
-    per step t, row-major                   C = a o (G - k w^T);  G_{t-1} = C + scale q do^T,
-                                            du_{t-1} = G_{t-1}^T k_{t-1}   (one sweep)
+    du = G_t^T k_t,  dv_t = w,  dbeta_t = r . du
+    dk_t = G_t u - S~_t w                  dq_t = scale (S~_t do_t + k_t (u . do_t))
+    D_t = G_t - k_t w^T                    dlog_alpha_t = <S~_t, D_t> (per row i, or summed)
+    G_{t-1} = A_t D_t + scale q_{t-1} do_{t-1}^T        (dh0 = A_0 D_0)
 
-Every product and partial sum is the one of the row-major equations, in the same order, so the
-transposed copies hold the same numbers and the results have the same bits as a row-major
-backward with ``_dot``'s sums. (Two loops note: a view S[i] in a per-row loop is a new array
-whose reference count is raised and dropped, atomic operations once per row and step, so rows
-are indexed as S[i, m]; and swapping two arrays' names between steps stops LLVM vectorising
-the loops that use them, so du is copied.) The backward keeps S~ (transposed) of the first step
-of every ``block_size(T)`` steps (32 up to T = 8192, then T / 256) and S~^T k of every step in
-per-worker buffers, and recomputes the decayed states S~_t of one block at a time from its
-checkpoint (never by inverting a step): the time stays linear in T. The recomputed states are
-the products the equations use (S~_t = A_t S_{t-1}, rounded once, the forward's numbers).
+Per step: the three sums over m of a row-major matrix (S~ w, G u, S~ do) are BLAS matrix-vector
+products (Numba's binding behind np.dot, held to one thread); then one sweep over the rows
+forms D, the carry G_{t-1} in place, du_{t-1} = G_{t-1}^T k_{t-1} (a vector over m, added row
+by row in order of i) and <S~, D>: for a scalar gate a vector over m added row by row, then
+summed in ``_dot``'s order; for a vector gate the products S~ o D are stored and summed per row
+by one more matrix-vector product. A sum over m written as a loop could not use the vector
+units (without fastmath, LLVM keeps the order of a reduction, and Numba leaves its SLP
+vectorizer off), so BLAS does those; every other loop is elementwise or a sum over rows.
+
+The backward keeps S~ of the first step of every ``block_size(T)`` steps (32 up to T = 8192,
+then T / 256) and S~^T k of every step in per-worker buffers, and recomputes the decayed states
+S~_t of one block at a time from its checkpoint (never by inverting a step), with S~_t do_t
+taken as each state is made: the time stays linear in T. The recomputed states are the products
+the equations use (S~_t = A_t S_{t-1}, rounded once, the forward's numbers).
 
 Determinism: kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs over workers
 that take independent items, (sequence, group) pairs, with the time loop serial inside and a
 group's heads in order: head 0 writes dq and dk, the others add, left to right. When there are
 fewer (sequence, group) items than threads, the items are (sequence, head) pairs with per-head
 dq, dk summed afterwards in the same head order (``glaref.gla._numba._group_sum``): both give
-the same bits, for any number of threads.
+the same bits, for any number of threads. BLAS runs on one thread inside each worker, so a
+product is computed the same way whatever the number of workers; as for the scalar-gate
+oracle, the last bits of the gradients follow the BLAS kernel the machine loads (the forward
+uses no BLAS).
 """
 
 from __future__ import annotations
@@ -59,7 +56,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from ..gla._numba import _dot, _group_sum, _spans
+from ..gla._numba import _dot, _group_sum, _one_blas_thread, _spans
 
 _JIT = dict(fastmath=False, cache=True)
 BLOCK = 32            # steps between stored states, at least
@@ -198,41 +195,45 @@ def _adjoint_rows(Cc, scale, q_t, k_t, do_t, du):  # pragma: no cover - compiled
 
 
 @njit(**_JIT)
-def _zero_lanes(lanes, x):  # pragma: no cover - compiled
-    """lanes[x] = 0 (a loop: an array assignment compiles Numba's broadcasting checks)."""
-    for l in range(lanes.shape[1]):
-        for i in range(lanes.shape[2]):
-            lanes[x, l, i] = 0.0
-
-
-@njit(**_JIT)
-def _lane_sum(lanes, x, i):  # pragma: no cover - compiled
-    """The total of partial sums lanes[x, :, i] in ``glaref.gla._numba._dot``'s tree (lanes[x, l]
-    holds the terms m = l mod 8 of the full groups of eight, lanes[x, 8] the rest), so that a
-    sum over m added into lanes term by term in order of m has the bits of ``_dot``."""
-    return ((((lanes[x, 0, i] + lanes[x, 1, i]) + (lanes[x, 2, i] + lanes[x, 3, i]))
-             + ((lanes[x, 4, i] + lanes[x, 5, i]) + (lanes[x, 6, i] + lanes[x, 7, i])))
-            + lanes[x, 8, i])
+def _total(x):  # pragma: no cover - compiled
+    """sum_a x[a] in ``glaref.gla._numba._dot``'s order (eight partial sums, a fixed tree)."""
+    n = x.shape[0]
+    m = n - n % 8
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    for a in range(0, m, 8):
+        s0 += x[a]
+        s1 += x[a + 1]
+        s2 += x[a + 2]
+        s3 += x[a + 3]
+        s4 += x[a + 4]
+        s5 += x[a + 5]
+        s6 += x[a + 6]
+        s7 += x[a + 7]
+    t = 0.0
+    for a in range(m, n):
+        t += x[a]
+    return (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + t
 
 
 @njit(**_JIT)
 def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accumulate, dv,
-              dbeta, dla, dh0, ckpt, ps, states, CT, lanes):  # pragma: no cover - compiled
+              dbeta, dla, dh0, ckpt, ps, states, acc):  # pragma: no cover - compiled
     """One (sequence, head). dq, dk (T, dk) written, or added to when ``accumulate``.
-    Per-worker scratch: ckpt (>= ceil(T / C), dv, dk) and states (C, dv, dk) hold the decayed
-    states S~_t = A_t S_{t-1}, transposed, of t = c C and t = start + j (the products the
-    equations use, the same bits); ps (>= T, dv) the S~_t^T k_t of every step; CT (dv, dk)
-    the carry, transposed; lanes (4, 9, dk) the partial sums of the sums over m."""
+    Per-worker scratch: ckpt (>= ceil(T / C), dk, dv) and states (C, dk, dv) hold the decayed
+    states S~_t = A_t S_{t-1} of t = c C and t = start + j (the products the equations use,
+    the same bits); ps (>= T, dv) the S~_t^T k_t of every step; acc (dv,) the sums over the
+    rows of S~ o D (scalar gates)."""
     T, dk_ = q.shape
     dv_ = v.shape[1]
-    m8 = dv_ - dv_ % 8
     vector = la.shape[1] != 1
     a = np.empty(dk_)
     p = np.empty(dv_)
     u = np.empty(dv_)
     r = np.empty(dv_)
     w = np.empty(dv_)
-    sq = np.empty(dk_)
+    sw = np.empty(dk_)
+    gu = np.empty(dk_)
+    sdos = np.empty((C, dk_))
     Cc = dh0
     if has_dh_T:
         Cc[:, :] = dh_T
@@ -240,12 +241,9 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
         Cc[:, :] = 0.0
     if T == 0:
         return
-    for i in range(dk_):
-        for m in range(dv_):
-            CT[m, i] = Cc[i, m]
     S = np.empty((dk_, dv_))
     S[:, :] = h0
-    # Pass 1: S~^T k of every step, and S~ (transposed) of the first step of every block.
+    # Pass 1: S~^T k of every step, and S~ of the first step of every block.
     _alphas(la[0], a)
     _decay_rows(S, a, k[0], p, False, p, p)
     for t in range(T):
@@ -253,7 +251,7 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
             Sk = ckpt[t // C]
             for i in range(dk_):
                 for m in range(dv_):
-                    Sk[m, i] = S[i, m]
+                    Sk[i, m] = S[i, m]
         for m in range(dv_):
             ps[t, m] = p[m]
         if t + 1 == T:
@@ -261,118 +259,102 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
         _residual(v[t], beta[t], p, u, u)
         _alphas(la[t + 1], a)
         _decay_rows(S, a, k[t + 1], p, True, k[t], u)
-    # Pass 2: blocks in reverse. Cc carries dL/dS_t (then G_t) row by row, for the sums over i
-    # (du = G^T k, in order of i, as axpys over m); CT the same numbers, transposed, row m by
-    # row m, for the sums over m, whose eight partial sums of ``_dot`` are vectors over i:
-    # term m of row i goes to lanes[x, m % 8, i].
+    # Pass 2: blocks in reverse. Cc holds G_t = dL/dS_t row by row, du = G_t^T k_t.
     du = np.empty(dv_)
     dun = np.empty(dv_)
+    Pm = np.empty((dk_, dv_)) if vector else np.empty((1, 1))
+    ones = np.ones(dv_)
+    sacc = acc
+    t = T - 1
+    _adjoint_rows(Cc, scale, q[t], k[t], do[t], du)
     for c in range((T + C - 1) // C - 1, -1, -1):
         start = c * C
         L = min(C, T - start)
-        # Recompute the block's S~_t (transposed) from its checkpoint; dq_t = scale S_t do_t
-        # needs no cotangent, so it is summed here, from S_t = S~_t + k u^T.
+        # Recompute the block's S~_t from its checkpoint, one pass over the rows per step.
         Sk = ckpt[c]
         S0 = states[0]
-        for m in range(dv_):
-            for i in range(dk_):
-                S0[m, i] = Sk[m, i]
-        for j in range(L):
+        for i in range(dk_):
+            for m in range(dv_):
+                S0[i, m] = Sk[i, m]
+        np.dot(S0, do[start], sdos[0])
+        for j in range(L - 1):
             t = start + j
             _residual(v[t], beta[t], ps[t], r, u)
-            k_t, do_t = k[t], do[t]
-            nxt = j + 1 < L
-            if nxt:
-                _alphas(la[t + 1], a)
+            _alphas(la[t + 1], a)
+            k_t = k[t]
             Sc = states[j]
-            Sn = states[j + 1] if nxt else Sc
-            _zero_lanes(lanes, 0)
-            for m in range(dv_):
-                um = u[m]
-                dm = do_t[m]
-                ln = m & 7 if m < m8 else 8
-                if nxt:
-                    for i in range(dk_):
-                        x = Sc[m, i] + k_t[i] * um
-                        lanes[0, ln, i] += x * dm
-                        Sn[m, i] = a[i] * x
-                else:
-                    for i in range(dk_):
-                        lanes[0, ln, i] += (Sc[m, i] + k_t[i] * um) * dm
+            Sn = states[j + 1]
             for i in range(dk_):
-                x = scale * _lane_sum(lanes, 0, i)
-                if accumulate:
-                    dq[t, i] += x
-                else:
-                    dq[t, i] = x
-        # Backward through the block: on Cc, pass 1 of the last step alone, then per step t
-        # its update fused with pass 1 of step t - 1 (G and du), row by row; on CT, per step,
-        # G, D = G - k w^T and the carry A D with the sums over m (G u, S~ w, <S~, D>).
-        t = start + L - 1
-        _adjoint_rows(Cc, scale, q[t], k[t], do[t], du)
+                ai = a[i]
+                ki = k_t[i]
+                for m in range(dv_):
+                    Sn[i, m] = ai * (Sc[i, m] + ki * u[m])
+            np.dot(Sn, do[t + 1], sdos[j + 1])
+        # Backward through the block, per step t: the matrix-vector products S~ w, G u,
+        # S~ do (BLAS), then one pass over the rows: D = G - k w^T, <S~, D>, and the carry
+        # G_{t-1} = A D + scale q_{t-1} do_{t-1}^T with du_{t-1} = G_{t-1}^T k_{t-1}.
         for j in range(L - 1, -1, -1):
             t = start + j
             b_t = beta[t]
-            k_t, q_t, do_t = k[t], q[t], do[t]
+            k_t, do_t = k[t], do[t]
             _residual(v[t], b_t, ps[t], r, u)
             _alphas(la[t], a)
             for m in range(dv_):
-                dv[t, m] = b_t * du[m]
-                w[m] = b_t * du[m]
+                x = b_t * du[m]
+                dv[t, m] = x
+                w[m] = x
             dbeta[t] = _dot(r, du)
-            for i in range(dk_):
-                sq[i] = scale * q_t[i]
             Sc = states[j]
-            for x in range(1, 4):
-                _zero_lanes(lanes, x)
-            for m in range(dv_):
-                dm = do_t[m]
-                wm = w[m]
-                um = u[m]
-                ln = m & 7 if m < m8 else 8
-                for i in range(dk_):
-                    g = CT[m, i] + sq[i] * dm
-                    d = g - k_t[i] * wm
-                    lanes[1, ln, i] += g * um
-                    lanes[2, ln, i] += Sc[m, i] * wm
-                    lanes[3, ln, i] += Sc[m, i] * d
-                    CT[m, i] = a[i] * d
-            total = 0.0
+            np.dot(Sc, w, sw)
+            np.dot(Cc, u, gu)
+            sdo = sdos[j]
+            ud = _dot(u, do_t)
             for i in range(dk_):
-                x = _lane_sum(lanes, 1, i) - _lane_sum(lanes, 2, i)
+                x = gu[i] - sw[i]
+                y = scale * (sdo[i] + k_t[i] * ud)
                 if accumulate:
                     dk[t, i] += x
+                    dq[t, i] += y
                 else:
                     dk[t, i] = x
-                y = _lane_sum(lanes, 3, i)
+                    dq[t, i] = y
+            prev = t > 0
+            tp = t - 1 if prev else t
+            sqs = scale if prev else 0.0
+            q_p, k_p, do_p = q[tp], k[tp], do[tp]
+            for m in range(dv_):
+                dun[m] = 0.0
+                sacc[m] = 0.0
+            for i in range(dk_):
+                ai = a[i]
+                ki = k_t[i]
+                sqp = sqs * q_p[i]
+                kp = k_p[i]
                 if vector:
-                    dla[t, i] = y
+                    for m in range(dv_):
+                        d = Cc[i, m] - ki * w[m]
+                        Pm[i, m] = Sc[i, m] * d
+                        x = ai * d + sqp * do_p[m]
+                        Cc[i, m] = x
+                        dun[m] += kp * x
+                elif prev:
+                    for m in range(dv_):
+                        d = Cc[i, m] - ki * w[m]
+                        sacc[m] += Sc[i, m] * d
+                        x = ai * d + sqp * do_p[m]
+                        Cc[i, m] = x
+                        dun[m] += kp * x
                 else:
-                    total += y
-            if not vector:
-                dla[t, 0] = total
-            if j > 0:
-                tp = t - 1
-                q_p, k_p, do_p = q[tp], k[tp], do[tp]
-                for m in range(dv_):
-                    dun[m] = 0.0
-                for i in range(dk_):
-                    ai = a[i]
-                    ki = k_t[i]
-                    sqp = scale * q_p[i]
-                    kp = k_p[i]
                     for m in range(dv_):
-                        g = ai * (Cc[i, m] - ki * w[m]) + sqp * do_p[m]
-                        Cc[i, m] = g
-                        dun[m] += kp * g
-                for m in range(dv_):      # a copy: swapping the names stops LLVM vectorising
-                    du[m] = dun[m]
+                        d = Cc[i, m] - ki * w[m]
+                        sacc[m] += Sc[i, m] * d
+                        Cc[i, m] = ai * d
+            if vector:
+                np.dot(Pm, ones, dla[t])
             else:
-                for i in range(dk_):
-                    ai = a[i]
-                    ki = k_t[i]
-                    for m in range(dv_):
-                        Cc[i, m] = ai * (Cc[i, m] - ki * w[m])
+                dla[t, 0] = _total(sacc)
+            for m in range(dv_):      # a copy: swapping the names stops LLVM vectorising
+                du[m] = dun[m]
 
 
 @njit(parallel=True, **_JIT)
@@ -390,11 +372,10 @@ def _vjp_kernel(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, n_workers, 
     per_item = H if per_head else G
     heads = 1 if per_head else hpg
     for wk in prange(n_workers):
-        ckpt = np.empty((n_blocks, dv_, dk_))
+        ckpt = np.empty((n_blocks, dk_, dv_))
         ps = np.empty((T, dv_))
-        states = np.empty((C, dv_, dk_))
-        CT = np.empty((dv_, dk_))
-        lanes = np.empty((4, 9, dk_))
+        states = np.empty((C, dk_, dv_))
+        acc = np.empty(dv_)
         for item in range(wk, NS * per_item, n_workers):
             n = item // per_item
             x = item - n * per_item
@@ -406,8 +387,7 @@ def _vjp_kernel(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, n_workers, 
                           la[b, h, t0:t1], h0[n, h], do[b, h, t0:t1],
                           dh_T[n, h] if has_dh_T else dh_T[0, 0], has_dh_T, scale, C,
                           dq[b, x, t0:t1], dk[b, x, t0:t1], j > 0, dv[b, h, t0:t1],
-                          dbeta[b, h, t0:t1], dla[b, h, t0:t1], dh0[n, h], ckpt, ps, states,
-                          CT, lanes)
+                          dbeta[b, h, t0:t1], dla[b, h, t0:t1], dh0[n, h], ckpt, ps, states, acc)
 
 
 def _c64(x):
@@ -461,11 +441,13 @@ def vjp(q, k, v, beta, log_alpha, h0, do, dh_T=None, scale=1.0, per_head=False,
     if grouped:
         dq = np.zeros((B, G, T, dk))
         dkg = np.zeros((B, G, T, dk))
-        _vjp_kernel(*args, False, dq, dkg, dvv, dbeta, dla4, dh0)
+        with _one_blas_thread():
+            _vjp_kernel(*args, False, dq, dkg, dvv, dbeta, dla4, dh0)
         return dq, dkg, dvv, dbeta, dla, dh0
     dqh = np.zeros((B, H, T, dk))
     dkh = np.zeros((B, H, T, dk))
-    _vjp_kernel(*args, True, dqh, dkh, dvv, dbeta, dla4, dh0)
+    with _one_blas_thread():
+        _vjp_kernel(*args, True, dqh, dkh, dvv, dbeta, dla4, dh0)
     if per_head or G == H:
         return dqh, dkh, dvv, dbeta, dla, dh0
     return _group_sum(dqh, G), _group_sum(dkh, G), dvv, dbeta, dla, dh0
