@@ -38,6 +38,22 @@ def test_numba_matches_numpy(name, dims, kw):
         assert rel(a[n], b[n]) <= tol("delta_numba_vs_numpy"), (name, n)
 
 
+@pytest.mark.parametrize("C", [33, 40, 64, 100])
+def test_checkpoint_blocks_longer_than_the_output_blocks(monkeypatch, C):
+    """Past T = 8192 the checkpoints are more than 32 steps apart (block_size): the scalar-gate
+    backward then recomputes the state at every 32nd step of a block and takes the outputs
+    32 steps at a time, the last piece of a block shorter. Forced here at T = 70 (scalar and
+    vector gates, G < H, dh_T given)."""
+    from glaref.delta import _numba
+
+    monkeypatch.setattr(_numba, "block_size", lambda T: C)
+    for kw in ({"beta_max": 2.0}, {"vector": True}):
+        x, cot = make_case(1, 2, 4, 70, 5, 3, **kw)
+        a, b = _all(x, cot, impl="numba"), _all(x, cot, impl="numpy")
+        for n in OUTS:
+            assert rel(a[n], b[n]) <= tol("delta_numba_vs_numpy"), (C, kw, n)
+
+
 def test_numba_matches_numpy_without_dh_T():
     """No final-state cotangent: the adjoint starts from zero in both implementations."""
     x, (do, _) = make_case(1, 1, 2, 37, 4, 3, vector=True)

@@ -25,20 +25,27 @@ Backward (the reverse-time adjoint; G_t = dL/dS_t, w = beta du):
     D_t = G_t - k_t w^T                    dlog_alpha_t = <S~_t, D_t> (per row i, or summed)
     G_{t-1} = A_t D_t + scale q_{t-1} do_{t-1}^T        (dh0 = A_0 D_0)
 
-Per step: the three sums over m of a row-major matrix (S~ w, G u, S~ do) are BLAS matrix-vector
-products (Numba's binding behind np.dot, held to one thread); then one sweep over the rows
-forms D, the carry G_{t-1} in place, du_{t-1} = G_{t-1}^T k_{t-1} (a vector over m, added row
-by row in order of i) and <S~, D>: for a scalar gate a vector over m added row by row, then
-summed in ``_dot``'s order; for a vector gate the products S~ o D are stored and summed per row
-by one more matrix-vector product. A sum over m written as a loop could not use the vector
-units (without fastmath, LLVM keeps the order of a reduction, and Numba leaves its SLP
-vectorizer off), so BLAS does those; every other loop is elementwise or a sum over rows.
-
 The backward keeps S~ of the first step of every ``block_size(T)`` steps (32 up to T = 8192,
-then T / 256) and S~^T k of every step in per-worker buffers, and recomputes the decayed states
-S~_t of one block at a time from its checkpoint (never by inverting a step), with S~_t do_t
-taken as each state is made: the time stays linear in T. The recomputed states are the products
-the equations use (S~_t = A_t S_{t-1}, rounded once, the forward's numbers).
+then T / 256) and S~^T k of every step in per-worker buffers (the first pass, the forward's
+sweep), then takes the blocks in reverse (never inverting a step). In every block the carry
+runs step by step: one sweep over the rows per step forms G_{t-1} in place and du_{t-1} =
+G_{t-1}^T k_{t-1} (a vector over m, rows added in order of i); dv and dbeta follow from du.
+
+Scalar gates (``_vjp_head_scalar``): dq, dk and dlog_alpha are outputs only, not needed by the
+carry, so they are taken once per block (``_block_outputs``) from the block's first decayed
+state S~_0, the carry into its last step and the block's rows u, w, k, q, do: with
+E[r, i] = a_{i+1} ... a_r, S~_j = E[j,0] S~_0 + sum_{i<j} E[j,i] k_i u_i^T and D_j likewise
+a sum of the carry and the block's rank-one terms, so S~_j w_j, S~_j do_j, G_j u_j and
+<S~_j, D_j> are sums of their genuine terms, each with its own decay (docs/math_delta.md,
+section 3), formed by BLAS matrix products ([W; dO] S~_0^T, U Gc^T and the block's small
+(L, L) products). No state is recomputed; the sums run in BLAS's order.
+
+Vector gates (``_vjp_head_vector``): the block's states S~_t are recomputed from the checkpoint
+(the products the equations use, S~_t = A_t S_{t-1} rounded once, the forward's numbers) with
+S~_t do_t; per step S~ w and G u are BLAS matrix-vector products, and the sweep that forms the
+carry stores S~ o D, summed per row by one more product. (A sum over m of a row-major matrix
+written as a loop would not use the vector units: without fastmath LLVM keeps the order of a
+reduction, and Numba leaves its SLP vectorizer off.)
 
 Determinism: kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs over workers
 that take independent items, (sequence, group) pairs, with the time loop serial inside and a
@@ -56,7 +63,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from ..gla._numba import _dot, _group_sum, _one_blas_thread, _spans
+from ..gla._numba import _N, _T, _dot, _gemm, _group_sum, _one_blas_thread, _spans
 
 _JIT = dict(fastmath=False, cache=True)
 BLOCK = 32            # steps between stored states, at least
@@ -195,45 +202,108 @@ def _adjoint_rows(Cc, scale, q_t, k_t, do_t, du):  # pragma: no cover - compiled
 
 
 @njit(**_JIT)
-def _total(x):  # pragma: no cover - compiled
-    """sum_a x[a] in ``glaref.gla._numba._dot``'s order (eight partial sums, a fixed tree)."""
-    n = x.shape[0]
-    m = n - n % 8
-    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-    for a in range(0, m, 8):
-        s0 += x[a]
-        s1 += x[a + 1]
-        s2 += x[a + 2]
-        s3 += x[a + 3]
-        s4 += x[a + 4]
-        s5 += x[a + 5]
-        s6 += x[a + 6]
-        s7 += x[a + 7]
-    t = 0.0
-    for a in range(m, n):
-        t += x[a]
-    return (((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))) + t
+def _block_outputs(a, S0, Gc, U, W, K, Qh, dO, scale, E, X, SX, Y, Z, xs, ys, dq, dk, dla,
+                   accumulate, ab):  # pragma: no cover - compiled
+    """dq, dk, dlog_alpha of a block's L steps (scalar gate) from the block's first decayed
+    state S0 = S~_0, the carry Gc into its last step (dL/dS_{L-1} from later steps, without
+    that step's q do^T), and the rows u_j, w_j = beta_j du_j, k_j, scale q_j, do_j (U, W, K,
+    Qh, dO: (L, dv) or (L, dk)); a holds the block's L alphas. With E[r, i] = a_{i+1} ... a_r
+    (r >= i, running products), S~_j = E[j, 0] S0 + sum_{i<j} E[j, i] k_i u_i^T and
+    D_j = G_j - k_j w_j^T = E[L-1, j] Gc + sum_{r>=j} E[r, j] (q^_r do_r^T - k_r w_r^T):
+
+        S~_j w_j  = E[j,0] S0 w_j  + sum_{i<j} E[j,i] k_i (u_i . w_j)
+        S~_j do_j = E[j,0] S0 do_j + sum_{i<j} E[j,i] k_i (u_i . do_j)
+        G_j u_j   = E[L-1,j] Gc u_j + sum_{r>=j} E[r,j] q^_r (do_r . u_j) - sum_{r>j} E[r,j] k_r (w_r . u_j)
+        <S~_j, D_j> = E[L-1,0] <S0, Gc> + sum_{r>=j} E[r,0] x_r + sum_{i<j} E[L-1,i] y_i
+                      + sum_{i<j<=r} E[r,i] z[r,i]
+        x_r = q^_r . S0 do_r - k_r . S0 w_r,  y_i = k_i . Gc u_i,
+        z[r,i] = (q^_r . k_i)(do_r . u_i) - (k_r . k_i)(w_r . u_i)
+
+    every term a genuine term of the step-by-step products (docs/math_delta.md, section 3),
+    each with its own decay. Products through BLAS (``glaref.gla._numba._gemm``); scratch E
+    (C, C), X (2C, dv), SX (3C, dk) for [W; dO] S0^T and U Gc^T, Y (7, C, C) for W U^T,
+    dO U^T, Q^ K^T, K K^T and the three masked products' factors, Z (3, C, dk) their products,
+    xs, ys (2C,)."""
+    L, dk_ = K.shape
+    dv_ = U.shape[1]
+    for r in range(L):
+        E[r, r] = 1.0
+        for i in range(r - 1, -1, -1):
+            E[r, i] = E[r, i + 1] * a[i + 1]
+    Xb = X[:2 * L]
+    for j in range(L):
+        for m in range(dv_):
+            Xb[j, m] = W[j, m]
+            Xb[L + j, m] = dO[j, m]
+    SXb = SX[:2 * L]
+    _gemm(_N, _T, 1.0, Xb, S0, 0.0, SXb, ab)          # rows: S0 w_j, then S0 do_j
+    GU = SX[2 * L:3 * L]
+    _gemm(_N, _T, 1.0, U, Gc, 0.0, GU, ab)            # rows: Gc u_j
+    WU, DU, QK, KK = Y[0, :L, :L], Y[1, :L, :L], Y[2, :L, :L], Y[3, :L, :L]
+    _gemm(_N, _T, 1.0, W, U, 0.0, WU, ab)             # [j, i] = w_j . u_i
+    _gemm(_N, _T, 1.0, dO, U, 0.0, DU, ab)            # [j, i] = do_j . u_i
+    _gemm(_N, _T, 1.0, Qh, K, 0.0, QK, ab)            # [r, i] = q^_r . k_i
+    _gemm(_N, _T, 1.0, K, K, 0.0, KK, ab)             # [r, i] = k_r . k_i
+    Mq, Mk, Md = Y[4, :L, :L], Y[5, :L, :L], Y[6, :L, :L]
+    for j in range(L):
+        for r in range(L):
+            Mq[j, r] = E[r, j] * DU[r, j] if r >= j else 0.0            # q^_r (do_r . u_j)
+            if r > j:
+                Mk[j, r] = E[r, j] * WU[r, j]                            # k_r (w_r . u_j)
+            elif r < j:
+                Mk[j, r] = E[j, r] * WU[j, r]                            # k_r (u_r . w_j)
+            else:
+                Mk[j, r] = 0.0
+            Md[j, r] = E[j, r] * DU[j, r] if r < j else 0.0             # k_r (u_r . do_j)
+    P = Z[0, :L]
+    Pk = Z[1, :L]
+    Pd = Z[2, :L]
+    _gemm(_N, _N, 1.0, Mq, Qh, 0.0, P, ab)
+    _gemm(_N, _N, 1.0, Mk, K, 0.0, Pk, ab)
+    _gemm(_N, _N, 1.0, Md, K, 0.0, Pd, ab)
+    for r in range(L):
+        xs[r] = E[r, 0] * (_dot(Qh[r], SXb[L + r]) - _dot(K[r], SXb[r]))
+        ys[r] = E[L - 1, r] * _dot(K[r], GU[r])
+    base = E[L - 1, 0] * _dot(S0.reshape(dk_ * dv_), Gc.reshape(dk_ * dv_))
+    # the pairs i < j <= r: col[i] = sum_{r >= j} E[r, i] z[r, i], rows added from the last
+    col = xs[L:2 * L]
+    for i in range(L):
+        col[i] = 0.0
+    for j in range(L - 1, -1, -1):
+        for i in range(j):
+            col[i] += E[j, i] * (QK[j, i] * DU[j, i] - KK[j, i] * WU[j, i])
+        pair = 0.0
+        for i in range(j):
+            pair += col[i]
+        ys[L + j] = pair
+    for j in range(L):
+        ud = _dot(U[j], dO[j])
+        e0 = E[j, 0]
+        eL = E[L - 1, j]
+        for i in range(dk_):
+            x = ((eL * GU[j, i] + P[j, i]) - Pk[j, i]) - e0 * SXb[j, i]
+            y = scale * ((e0 * SXb[L + j, i] + Pd[j, i]) + K[j, i] * ud)
+            if accumulate:
+                dk[j, i] += x
+                dq[j, i] += y
+            else:
+                dk[j, i] = x
+                dq[j, i] = y
+        tot = base
+        for r in range(j, L):
+            tot += xs[r]
+        for i in range(j):
+            tot += ys[i]
+        dla[j, 0] = tot + ys[L + j]
 
 
 @njit(**_JIT)
-def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accumulate, dv,
-              dbeta, dla, dh0, ckpt, ps, states, acc):  # pragma: no cover - compiled
-    """One (sequence, head). dq, dk (T, dk) written, or added to when ``accumulate``.
-    Per-worker scratch: ckpt (>= ceil(T / C), dk, dv) and states (C, dk, dv) hold the decayed
-    states S~_t = A_t S_{t-1} of t = c C and t = start + j (the products the equations use,
-    the same bits); ps (>= T, dv) the S~_t^T k_t of every step; acc (dv,) the sums over the
-    rows of S~ o D (scalar gates)."""
+def _vjp_head_scalar(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accumulate,
+                     dv, dbeta, dla, dh0, ckpt, ps):  # pragma: no cover - compiled
+    """One (sequence, head) with a scalar gate: the carry step by step (G, du, dv, dbeta), and
+    dq, dk, dlog_alpha of each block from ``_block_outputs`` (no recomputed states)."""
     T, dk_ = q.shape
     dv_ = v.shape[1]
-    vector = la.shape[1] != 1
-    a = np.empty(dk_)
-    p = np.empty(dv_)
-    u = np.empty(dv_)
-    r = np.empty(dv_)
-    w = np.empty(dv_)
-    sw = np.empty(dk_)
-    gu = np.empty(dk_)
-    sdos = np.empty((C, dk_))
     Cc = dh0
     if has_dh_T:
         Cc[:, :] = dh_T
@@ -241,9 +311,103 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
         Cc[:, :] = 0.0
     if T == 0:
         return
+    a = np.empty(dk_)
+    p = np.empty(dv_)
+    u = np.empty(dv_)
+    r = np.empty(dv_)
+    _first_pass(k, v, beta, la, h0, C, ckpt, ps, a, p, u)
+    du = np.empty(dv_)
+    dun = np.empty(dv_)
+    Gc = np.empty((dk_, dv_))
+    U = np.empty((BLOCK, dv_))
+    W = np.empty((BLOCK, dv_))
+    Qh = np.empty((BLOCK, dk_))
+    al = np.empty(BLOCK)
+    E = np.empty((BLOCK, BLOCK))
+    X = np.empty((2 * BLOCK, dv_))
+    SX = np.empty((3 * BLOCK, dk_))
+    Y = np.empty((7, BLOCK, BLOCK))
+    Z = np.empty((3, BLOCK, dk_))
+    xs = np.empty(2 * BLOCK)
+    ys = np.empty(2 * BLOCK)
+    ab = np.empty(2)
+    n_sub = (C + BLOCK - 1) // BLOCK
+    subs = np.empty((n_sub, dk_, dv_)) if n_sub > 1 else np.empty((1, 1, 1))
+    for c in range((T + C - 1) // C - 1, -1, -1):
+        b0 = c * C
+        be = min(b0 + C, T)
+        nb = (be - b0 + BLOCK - 1) // BLOCK
+        if nb > 1:
+            # blocks longer than BLOCK (T > 8192): the decayed state at every BLOCK-th step,
+            # recomputed from the checkpoint (the first pass's products, the same bits), so
+            # that the outputs' products stay BLOCK steps long
+            S = subs[0]
+            S[:, :] = ckpt[c]
+            for sb in range(1, nb):
+                subs[sb, :, :] = subs[sb - 1]
+                S = subs[sb]
+                for t in range(b0 + (sb - 1) * BLOCK, b0 + sb * BLOCK):
+                    _residual(v[t], beta[t], ps[t], r, u)
+                    _alphas(la[t + 1], a)
+                    _decay_rows(S, a, k[t + 1], p, True, k[t], u)
+        for sb in range(nb - 1, -1, -1):
+            s0 = b0 + sb * BLOCK
+            L = min(BLOCK, be - s0)
+            e = s0 + L
+            S0 = ckpt[c] if nb == 1 else subs[sb]
+            for i in range(dk_):
+                for m in range(dv_):
+                    Gc[i, m] = Cc[i, m]
+            _adjoint_rows(Cc, scale, q[e - 1], k[e - 1], do[e - 1], du)
+            for j in range(L - 1, -1, -1):
+                t = s0 + j
+                b_t = beta[t]
+                k_t = k[t]
+                _residual(v[t], b_t, ps[t], r, u)
+                for m in range(dv_):
+                    U[j, m] = u[m]
+                    x = b_t * du[m]
+                    dv[t, m] = x
+                    W[j, m] = x
+                dbeta[t] = _dot(r, du)
+                at = np.exp(la[t, 0])
+                al[j] = at
+                if j > 0:
+                    sq = scale * q[t - 1]
+                    k_p = k[t - 1]
+                    do_p = do[t - 1]
+                    for m in range(dv_):
+                        dun[m] = 0.0
+                    for i in range(dk_):
+                        ki = k_t[i]
+                        sqi = sq[i]
+                        kp = k_p[i]
+                        for m in range(dv_):
+                            x = at * (Cc[i, m] - ki * W[j, m]) + sqi * do_p[m]
+                            Cc[i, m] = x
+                            dun[m] += kp * x
+                    for m in range(dv_):  # a copy: swapping the names stops LLVM vectorising
+                        du[m] = dun[m]
+                else:
+                    for i in range(dk_):
+                        ki = k_t[i]
+                        for m in range(dv_):
+                            Cc[i, m] = at * (Cc[i, m] - ki * W[j, m])
+            for j in range(L):
+                for i in range(dk_):
+                    Qh[j, i] = scale * q[s0 + j, i]
+            _block_outputs(al, S0, Gc, U[:L], W[:L], k[s0:e], Qh[:L], do[s0:e], scale, E, X,
+                           SX, Y, Z, xs, ys, dq[s0:e], dk[s0:e], dla[s0:e], accumulate, ab)
+
+
+@njit(**_JIT)
+def _first_pass(k, v, beta, la, h0, C, ckpt, ps, a, p, u):  # pragma: no cover - compiled
+    """The forward's sweep: S~^T k of every step into ps, and S~ of the first step of every
+    block of C steps into ckpt."""
+    T, dk_ = k.shape
+    dv_ = v.shape[1]
     S = np.empty((dk_, dv_))
     S[:, :] = h0
-    # Pass 1: S~^T k of every step, and S~ of the first step of every block.
     _alphas(la[0], a)
     _decay_rows(S, a, k[0], p, False, p, p)
     for t in range(T):
@@ -259,18 +423,45 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
         _residual(v[t], beta[t], p, u, u)
         _alphas(la[t + 1], a)
         _decay_rows(S, a, k[t + 1], p, True, k[t], u)
-    # Pass 2: blocks in reverse. Cc holds G_t = dL/dS_t row by row, du = G_t^T k_t.
+
+
+@njit(**_JIT)
+def _vjp_head_vector(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accumulate,
+                     dv, dbeta, dla, dh0, ckpt, ps, states):  # pragma: no cover - compiled
+    """One (sequence, head) with a vector gate, step by step. dq, dk (T, dk) written, or added
+    to when ``accumulate``. Per-worker scratch: ckpt (>= ceil(T / C), dk, dv) and states
+    (C, dk, dv) hold the decayed states S~_t = A_t S_{t-1} of t = c C and t = start + j (the
+    products the equations use, the same bits); ps (>= T, dv) the S~_t^T k_t of every step."""
+    T, dk_ = q.shape
+    dv_ = v.shape[1]
+    Cc = dh0
+    if has_dh_T:
+        Cc[:, :] = dh_T
+    else:
+        Cc[:, :] = 0.0
+    if T == 0:
+        return
+    a = np.empty(dk_)
+    p = np.empty(dv_)
+    u = np.empty(dv_)
+    r = np.empty(dv_)
+    w = np.empty(dv_)
+    sw = np.empty(dk_)
+    gu = np.empty(dk_)
+    sdos = np.empty((C, dk_))
+    _first_pass(k, v, beta, la, h0, C, ckpt, ps, a, p, u)
+    # Blocks in reverse. Cc holds G_t = dL/dS_t row by row, du = G_t^T k_t.
     du = np.empty(dv_)
     dun = np.empty(dv_)
-    Pm = np.empty((dk_, dv_)) if vector else np.empty((1, 1))
+    Pm = np.empty((dk_, dv_))
     ones = np.ones(dv_)
-    sacc = acc
     t = T - 1
     _adjoint_rows(Cc, scale, q[t], k[t], do[t], du)
     for c in range((T + C - 1) // C - 1, -1, -1):
         start = c * C
         L = min(C, T - start)
-        # Recompute the block's S~_t from its checkpoint, one pass over the rows per step.
+        # Recompute the block's S~_t from its checkpoint, one pass over the rows per step,
+        # with S~_t do_t.
         Sk = ckpt[c]
         S0 = states[0]
         for i in range(dk_):
@@ -290,9 +481,9 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
                 for m in range(dv_):
                     Sn[i, m] = ai * (Sc[i, m] + ki * u[m])
             np.dot(Sn, do[t + 1], sdos[j + 1])
-        # Backward through the block, per step t: the matrix-vector products S~ w, G u,
-        # S~ do (BLAS), then one pass over the rows: D = G - k w^T, <S~, D>, and the carry
-        # G_{t-1} = A D + scale q_{t-1} do_{t-1}^T with du_{t-1} = G_{t-1}^T k_{t-1}.
+        # Backward through the block, per step t: S~ w and G u (BLAS), then one pass over the
+        # rows: D = G - k w^T, the products S~ o D (summed per row by one more product), and
+        # the carry G_{t-1} = A D + scale q_{t-1} do_{t-1}^T with du_{t-1} = G_{t-1}^T k_{t-1}.
         for j in range(L - 1, -1, -1):
             t = start + j
             b_t = beta[t]
@@ -324,35 +515,18 @@ def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accum
             q_p, k_p, do_p = q[tp], k[tp], do[tp]
             for m in range(dv_):
                 dun[m] = 0.0
-                sacc[m] = 0.0
             for i in range(dk_):
                 ai = a[i]
                 ki = k_t[i]
                 sqp = sqs * q_p[i]
                 kp = k_p[i]
-                if vector:
-                    for m in range(dv_):
-                        d = Cc[i, m] - ki * w[m]
-                        Pm[i, m] = Sc[i, m] * d
-                        x = ai * d + sqp * do_p[m]
-                        Cc[i, m] = x
-                        dun[m] += kp * x
-                elif prev:
-                    for m in range(dv_):
-                        d = Cc[i, m] - ki * w[m]
-                        sacc[m] += Sc[i, m] * d
-                        x = ai * d + sqp * do_p[m]
-                        Cc[i, m] = x
-                        dun[m] += kp * x
-                else:
-                    for m in range(dv_):
-                        d = Cc[i, m] - ki * w[m]
-                        sacc[m] += Sc[i, m] * d
-                        Cc[i, m] = ai * d
-            if vector:
-                np.dot(Pm, ones, dla[t])
-            else:
-                dla[t, 0] = _total(sacc)
+                for m in range(dv_):
+                    d = Cc[i, m] - ki * w[m]
+                    Pm[i, m] = Sc[i, m] * d
+                    x = ai * d + sqp * do_p[m]
+                    Cc[i, m] = x
+                    dun[m] += kp * x
+            np.dot(Pm, ones, dla[t])
             for m in range(dv_):      # a copy: swapping the names stops LLVM vectorising
                 du[m] = dun[m]
 
@@ -374,8 +548,7 @@ def _vjp_kernel(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, n_workers, 
     for wk in prange(n_workers):
         ckpt = np.empty((n_blocks, dk_, dv_))
         ps = np.empty((T, dv_))
-        states = np.empty((C, dk_, dv_))
-        acc = np.empty(dv_)
+        states = np.empty((C, dk_, dv_) if la.shape[3] != 1 else (0, dk_, dv_))
         for item in range(wk, NS * per_item, n_workers):
             n = item // per_item
             x = item - n * per_item
@@ -383,11 +556,20 @@ def _vjp_kernel(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, n_workers, 
             b, t0, t1 = sb[n], st0[n], st1[n]
             for j in range(heads):
                 h = x if per_head else g * hpg + j
-                _vjp_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1], beta[b, h, t0:t1],
-                          la[b, h, t0:t1], h0[n, h], do[b, h, t0:t1],
-                          dh_T[n, h] if has_dh_T else dh_T[0, 0], has_dh_T, scale, C,
-                          dq[b, x, t0:t1], dk[b, x, t0:t1], j > 0, dv[b, h, t0:t1],
-                          dbeta[b, h, t0:t1], dla[b, h, t0:t1], dh0[n, h], ckpt, ps, states, acc)
+                if la.shape[3] == 1:
+                    _vjp_head_scalar(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1],
+                                     beta[b, h, t0:t1], la[b, h, t0:t1], h0[n, h],
+                                     do[b, h, t0:t1], dh_T[n, h] if has_dh_T else dh_T[0, 0],
+                                     has_dh_T, scale, C, dq[b, x, t0:t1], dk[b, x, t0:t1],
+                                     j > 0, dv[b, h, t0:t1], dbeta[b, h, t0:t1],
+                                     dla[b, h, t0:t1], dh0[n, h], ckpt, ps)
+                else:
+                    _vjp_head_vector(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1],
+                                     beta[b, h, t0:t1], la[b, h, t0:t1], h0[n, h],
+                                     do[b, h, t0:t1], dh_T[n, h] if has_dh_T else dh_T[0, 0],
+                                     has_dh_T, scale, C, dq[b, x, t0:t1], dk[b, x, t0:t1],
+                                     j > 0, dv[b, h, t0:t1], dbeta[b, h, t0:t1],
+                                     dla[b, h, t0:t1], dh0[n, h], ckpt, ps, states)
 
 
 def _c64(x):
