@@ -305,17 +305,12 @@ def _vjp_head_scalar(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk
     T, dk_ = q.shape
     dv_ = v.shape[1]
     Cc = dh0
-    if has_dh_T:
-        Cc[:, :] = dh_T
-    else:
-        Cc[:, :] = 0.0
-    if T == 0:
+    if not _start(k, v, beta, la, h0, dh_T, has_dh_T, C, ckpt, ps, Cc):
         return
     a = np.empty(dk_)
     p = np.empty(dv_)
     u = np.empty(dv_)
     r = np.empty(dv_)
-    _first_pass(k, v, beta, la, h0, C, ckpt, ps, a, p, u)
     du = np.empty(dv_)
     dun = np.empty(dv_)
     Gc = np.empty((dk_, dv_))
@@ -401,11 +396,21 @@ def _vjp_head_scalar(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk
 
 
 @njit(**_JIT)
-def _first_pass(k, v, beta, la, h0, C, ckpt, ps, a, p, u):  # pragma: no cover - compiled
-    """The forward's sweep: S~^T k of every step into ps, and S~ of the first step of every
-    block of C steps into ckpt."""
+def _start(k, v, beta, la, h0, dh_T, has_dh_T, C, ckpt, ps, Cc):  # pragma: no cover - compiled
+    """The carry's start (Cc = dh_T, or zero) and, when T > 0, the forward's sweep: S~^T k of
+    every step into ps and S~ of the first step of every block of C steps into ckpt. Returns
+    whether there are steps to run back through."""
     T, dk_ = k.shape
     dv_ = v.shape[1]
+    if has_dh_T:
+        Cc[:, :] = dh_T
+    else:
+        Cc[:, :] = 0.0
+    if T == 0:
+        return False
+    a = np.empty(dk_)
+    p = np.empty(dv_)
+    u = np.empty(dv_)
     S = np.empty((dk_, dv_))
     S[:, :] = h0
     _alphas(la[0], a)
@@ -423,6 +428,7 @@ def _first_pass(k, v, beta, la, h0, C, ckpt, ps, a, p, u):  # pragma: no cover -
         _residual(v[t], beta[t], p, u, u)
         _alphas(la[t + 1], a)
         _decay_rows(S, a, k[t + 1], p, True, k[t], u)
+    return True
 
 
 @njit(**_JIT)
@@ -435,21 +441,15 @@ def _vjp_head_vector(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk
     T, dk_ = q.shape
     dv_ = v.shape[1]
     Cc = dh0
-    if has_dh_T:
-        Cc[:, :] = dh_T
-    else:
-        Cc[:, :] = 0.0
-    if T == 0:
+    if not _start(k, v, beta, la, h0, dh_T, has_dh_T, C, ckpt, ps, Cc):
         return
     a = np.empty(dk_)
-    p = np.empty(dv_)
     u = np.empty(dv_)
     r = np.empty(dv_)
     w = np.empty(dv_)
     sw = np.empty(dk_)
     gu = np.empty(dk_)
     sdos = np.empty((C, dk_))
-    _first_pass(k, v, beta, la, h0, C, ckpt, ps, a, p, u)
     # Blocks in reverse. Cc holds G_t = dL/dS_t row by row, du = G_t^T k_t.
     du = np.empty(dv_)
     dun = np.empty(dv_)
