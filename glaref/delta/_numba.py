@@ -72,7 +72,8 @@ MAX_CHECKPOINTS = 256  # states stored per worker, at most (longer sequences get
 
 def block_size(T: int) -> int:
     """Steps between the backward's stored states: 32, or T / 256 (rounded up) for T > 8192, so
-    that a worker keeps at most 256 states plus one block of recomputed ones."""
+    that a worker keeps at most 256 states (and, with a vector gate, one block of recomputed
+    ones; a scalar gate's outputs take 32 steps at a time, ``BLOCK``)."""
     return max(BLOCK, -(-T // MAX_CHECKPOINTS))
 
 
@@ -187,8 +188,8 @@ def _forward_kernel(q, k, v, beta, la, h0, scale, sb, st0, st1, o, h_T):  # prag
 
 @njit(**_JIT)
 def _adjoint_rows(Cc, scale, q_t, k_t, do_t, du):  # pragma: no cover - compiled
-    """Pass 1 of step t alone, on the row-major carry: G = C + scale q do^T in place,
-    du = G^T k."""
+    """The carry into step t made G_t: G = C + scale q_t do_t^T in place, du = G^T k_t (the
+    last step of the sequence and, with a scalar gate, of every 32-step piece)."""
     dk_, dv_ = Cc.shape
     for m in range(dv_):
         du[m] = 0.0
