@@ -40,10 +40,10 @@ def test_numba_matches_numpy(name, dims, kw):
 
 @pytest.mark.parametrize("C", [33, 40, 64, 100])
 def test_checkpoint_blocks_longer_than_the_output_blocks(monkeypatch, C):
-    """Past T = 8192 the checkpoints are more than 32 steps apart (block_size): the scalar-gate
-    backward then recomputes the state at every 32nd step of a block and takes the outputs
-    32 steps at a time, the last piece of a block shorter. Forced here at T = 70 (scalar and
-    vector gates, G < H, dh_T given)."""
+    """Past T = 8192 the checkpoints are more than 32 steps apart (block_size): the backward
+    then recomputes the state at every 32nd step of a block and takes the outputs 32 steps at
+    a time, the last piece of a block shorter. Forced here at T = 70 (scalar and vector gates,
+    G < H, dh_T given)."""
     from glaref.delta import _numba
 
     monkeypatch.setattr(_numba, "block_size", lambda T: C)

@@ -31,21 +31,17 @@ sweep), then takes the blocks in reverse (never inverting a step). In every bloc
 runs step by step: one sweep over the rows per step forms G_{t-1} in place and du_{t-1} =
 G_{t-1}^T k_{t-1} (a vector over m, rows added in order of i); dv and dbeta follow from du.
 
-Scalar gates (``_vjp_head_scalar``): dq, dk and dlog_alpha are outputs only, not needed by the
-carry, so they are taken once per block (``_block_outputs``) from the block's first decayed
-state S~_0, the carry into its last step and the block's rows u, w, k, q, do: with
-E[r, i] = a_{i+1} ... a_r, S~_j = E[j,0] S~_0 + sum_{i<j} E[j,i] k_i u_i^T and D_j likewise
-a sum of the carry and the block's rank-one terms, so S~_j w_j, S~_j do_j, G_j u_j and
-<S~_j, D_j> are sums of their genuine terms, each with its own decay (docs/math_delta.md,
-section 3), formed by BLAS matrix products ([W; dO] S~_0^T, U Gc^T and the block's small
-(L, L) products). No state is recomputed; the sums run in BLAS's order.
-
-Vector gates (``_vjp_head_vector``): the block's states S~_t are recomputed from the checkpoint
-(the products the equations use, S~_t = A_t S_{t-1} rounded once, the forward's numbers) with
-S~_t do_t; per step S~ w and G u are BLAS matrix-vector products, and the sweep that forms the
-carry stores S~ o D, summed per row by one more product. (A sum over m of a row-major matrix
-written as a loop would not use the vector units: without fastmath LLVM keeps the order of a
-reduction, and Numba leaves its SLP vectorizer off.)
+dq, dk and dlog_alpha are outputs only, not needed by the carry, so they are taken once per
+32 steps (``_block_outputs``; ``_block_outputs_vector`` for a vector gate) from the piece's
+first decayed state S~_0, the carry into its last step and the piece's rows u, w, k, q, do:
+with E[r, i] = a_{i+1} ... a_r (per key dimension for a vector gate), S~_j = E[j,0] S~_0 +
+sum_{i<j} E[j,i] k_i u_i^T and D_j likewise a sum of the carry and the piece's rank-one terms,
+so S~_j w_j, S~_j do_j, G_j u_j and <S~_j, D_j> are sums of their genuine terms, each with its
+own decay (docs/math_delta.md, section 3), formed by BLAS matrix products ([W; dO] S~_0^T,
+U Gc^T and the piece's (L, L) products) and, for a vector gate, loops over the key index. No
+state is recomputed but the one at every 32nd step of blocks longer than 32 steps (T > 8192).
+(A sum over m of a row-major matrix written as a loop would not use the vector units: without
+fastmath LLVM keeps the order of a reduction, and Numba leaves its SLP vectorizer off.)
 
 Determinism: kernels are ``@njit(fastmath=False, cache=True)``; ``prange`` runs over workers
 that take independent items, (sequence, group) pairs, with the time loop serial inside and a
@@ -72,8 +68,7 @@ MAX_CHECKPOINTS = 256  # states stored per worker, at most (longer sequences get
 
 def block_size(T: int) -> int:
     """Steps between the backward's stored states: 32, or T / 256 (rounded up) for T > 8192, so
-    that a worker keeps at most 256 states (and, with a vector gate, one block of recomputed
-    ones; a scalar gate's outputs take 32 steps at a time, ``BLOCK``)."""
+    that a worker keeps at most 256 states (the outputs are taken ``BLOCK`` steps at a time)."""
     return max(BLOCK, -(-T // MAX_CHECKPOINTS))
 
 
@@ -189,7 +184,7 @@ def _forward_kernel(q, k, v, beta, la, h0, scale, sb, st0, st1, o, h_T):  # prag
 @njit(**_JIT)
 def _adjoint_rows(Cc, scale, q_t, k_t, do_t, du):  # pragma: no cover - compiled
     """The carry into step t made G_t: G = C + scale q_t do_t^T in place, du = G^T k_t (the
-    last step of the sequence and, with a scalar gate, of every 32-step piece)."""
+    last step of every 32-step piece)."""
     dk_, dv_ = Cc.shape
     for m in range(dv_):
         du[m] = 0.0
@@ -299,10 +294,102 @@ def _block_outputs(a, S0, Gc, U, W, K, Qh, dO, scale, E, X, SX, Y, Z, xs, ys, dq
 
 
 @njit(**_JIT)
-def _vjp_head_scalar(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accumulate,
-                     dv, dbeta, dla, dh0, ckpt, ps):  # pragma: no cover - compiled
-    """One (sequence, head) with a scalar gate: the carry step by step (G, du, dv, dbeta), and
-    dq, dk, dlog_alpha of each block from ``_block_outputs`` (no recomputed states)."""
+def _block_outputs_vector(al, S0, Gc, U, W, K, Qh, dO, scale, Ed, X, SX, Y, V, dq, dk, dla,
+                          accumulate, ab):  # pragma: no cover - compiled
+    """``_block_outputs`` for a vector gate: the same terms with a decay per key dimension,
+    Ed[r, i, :] = al[i+1, :] ... al[r, :] (running products), applied elementwise over the key
+    index; the sums over the piece's pairs are loops over it (vectors over the key index),
+    S~_0 <-> Gc row by row (``_dot``). Scratch Ed (C, C, dk), V (4, C, dk)."""
+    L, dk_ = K.shape
+    for r in range(L):
+        for d in range(dk_):
+            Ed[r, r, d] = 1.0
+        for i in range(r - 1, -1, -1):
+            for d in range(dk_):
+                Ed[r, i, d] = Ed[r, i + 1, d] * al[i + 1, d]
+    dv_ = U.shape[1]
+    Xb = X[:2 * L]
+    for j in range(L):
+        for m in range(dv_):
+            Xb[j, m] = W[j, m]
+            Xb[L + j, m] = dO[j, m]
+    SXb = SX[:2 * L]
+    _gemm(_N, _T, 1.0, Xb, S0, 0.0, SXb, ab)          # rows: S0 w_j, then S0 do_j
+    GU = SX[2 * L:3 * L]
+    _gemm(_N, _T, 1.0, U, Gc, 0.0, GU, ab)            # rows: Gc u_j
+    WU, DU = Y[0, :L, :L], Y[1, :L, :L]
+    _gemm(_N, _T, 1.0, W, U, 0.0, WU, ab)             # [j, i] = w_j . u_i
+    _gemm(_N, _T, 1.0, dO, U, 0.0, DU, ab)            # [j, i] = do_j . u_i
+    acc = V[0, 0]
+    base = V[0, 1]
+    xr = V[0, 2]
+    yr = V[0, 3]
+    for d in range(dk_):
+        base[d] = Ed[L - 1, 0, d] * _dot(S0[d], Gc[d])
+    # dlog_alpha's pairs i < j <= r, per key dimension: col[i] = sum_{r >= j} Ed[r, i] z[r, i]
+    col = V[1, :L]
+    pair = V[2, :L]
+    for i in range(L):
+        for d in range(dk_):
+            col[i, d] = 0.0
+    for j in range(L - 1, -1, -1):
+        for i in range(j):
+            zq = DU[j, i]
+            zk = WU[j, i]
+            for d in range(dk_):
+                col[i, d] += Ed[j, i, d] * (K[i, d] * (Qh[j, d] * zq - K[j, d] * zk))
+        for d in range(dk_):
+            pair[j, d] = 0.0
+        for i in range(j):
+            for d in range(dk_):
+                pair[j, d] += col[i, d]
+    xsum = V[3, :L]          # sum_{r >= j} Ed[r, 0] x_r, from the last
+    for j in range(L - 1, -1, -1):
+        for d in range(dk_):
+            x = Ed[j, 0, d] * (Qh[j, d] * SXb[L + j, d] - K[j, d] * SXb[j, d])
+            xsum[j, d] = x if j == L - 1 else xsum[j + 1, d] + x
+    for d in range(dk_):
+        acc[d] = 0.0         # sum_{i < j} Ed[L-1, i] y_i, from the first
+    for j in range(L):
+        ud = _dot(U[j], dO[j])
+        for d in range(dk_):
+            dla[j, d] = ((base[d] + xsum[j, d]) + acc[d]) + pair[j, d]
+        for d in range(dk_):
+            xr[d] = Ed[L - 1, j, d] * GU[j, d] - Ed[j, 0, d] * SXb[j, d]
+            yr[d] = Ed[j, 0, d] * SXb[L + j, d]
+        for r in range(j, L):
+            c = DU[r, j]
+            for d in range(dk_):
+                xr[d] += c * (Ed[r, j, d] * Qh[r, d])
+        for r in range(j + 1, L):
+            c = WU[r, j]
+            for d in range(dk_):
+                xr[d] -= c * (Ed[r, j, d] * K[r, d])
+        for i in range(j):
+            c = WU[j, i]
+            c2 = DU[j, i]
+            for d in range(dk_):
+                e = Ed[j, i, d] * K[i, d]
+                xr[d] -= c * e
+                yr[d] += c2 * e
+        for d in range(dk_):
+            x = xr[d]
+            y = scale * (yr[d] + K[j, d] * ud)
+            if accumulate:
+                dk[j, d] += x
+                dq[j, d] += y
+            else:
+                dk[j, d] = x
+                dq[j, d] = y
+        for d in range(dk_):
+            acc[d] += Ed[L - 1, j, d] * (K[j, d] * GU[j, d])
+
+
+@njit(**_JIT)
+def _vjp_head(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accumulate, dv,
+              dbeta, dla, dh0, ckpt, ps):  # pragma: no cover - compiled
+    """One (sequence, head): the carry step by step (G, du, dv, dbeta), and dq, dk, dlog_alpha
+    of every 32-step piece from ``_block_outputs`` (scalar gate) or ``_block_outputs_vector``."""
     T, dk_ = q.shape
     dv_ = v.shape[1]
     Cc = dh0
@@ -318,7 +405,11 @@ def _vjp_head_scalar(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk
     U = np.empty((BLOCK, dv_))
     W = np.empty((BLOCK, dv_))
     Qh = np.empty((BLOCK, dk_))
+    vector = la.shape[1] != 1
     al = np.empty(BLOCK)
+    alv = np.empty((BLOCK, dk_) if vector else (1, 1))
+    Ed = np.empty((BLOCK, BLOCK, dk_) if vector else (1, 1, 1))
+    V = np.empty((4, BLOCK, dk_))
     E = np.empty((BLOCK, BLOCK))
     X = np.empty((2 * BLOCK, dv_))
     SX = np.empty((3 * BLOCK, dk_))
@@ -366,8 +457,12 @@ def _vjp_head_scalar(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk
                     dv[t, m] = x
                     W[j, m] = x
                 dbeta[t] = _dot(r, du)
-                at = np.exp(la[t, 0])
-                al[j] = at
+                _alphas(la[t], a)
+                if vector:
+                    for i in range(dk_):
+                        alv[j, i] = a[i]
+                else:
+                    al[j] = a[0]
                 if j > 0:
                     sq = scale * q[t - 1]
                     k_p = k[t - 1]
@@ -375,25 +470,33 @@ def _vjp_head_scalar(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk
                     for m in range(dv_):
                         dun[m] = 0.0
                     for i in range(dk_):
+                        ai = a[i]
                         ki = k_t[i]
                         sqi = sq[i]
                         kp = k_p[i]
                         for m in range(dv_):
-                            x = at * (Cc[i, m] - ki * W[j, m]) + sqi * do_p[m]
+                            x = ai * (Cc[i, m] - ki * W[j, m]) + sqi * do_p[m]
                             Cc[i, m] = x
                             dun[m] += kp * x
                     for m in range(dv_):  # a copy: swapping the names stops LLVM vectorising
                         du[m] = dun[m]
                 else:
                     for i in range(dk_):
+                        ai = a[i]
                         ki = k_t[i]
                         for m in range(dv_):
-                            Cc[i, m] = at * (Cc[i, m] - ki * W[j, m])
+                            Cc[i, m] = ai * (Cc[i, m] - ki * W[j, m])
             for j in range(L):
                 for i in range(dk_):
                     Qh[j, i] = scale * q[s0 + j, i]
-            _block_outputs(al, S0, Gc, U[:L], W[:L], k[s0:e], Qh[:L], do[s0:e], scale, E, X,
-                           SX, Y, Z, xs, ys, dq[s0:e], dk[s0:e], dla[s0:e], accumulate, ab)
+            if vector:
+                _block_outputs_vector(alv, S0, Gc, U[:L], W[:L], k[s0:e], Qh[:L], do[s0:e],
+                                      scale, Ed, X, SX, Y, V, dq[s0:e], dk[s0:e], dla[s0:e],
+                                      accumulate, ab)
+            else:
+                _block_outputs(al, S0, Gc, U[:L], W[:L], k[s0:e], Qh[:L], do[s0:e], scale, E,
+                               X, SX, Y, Z, xs, ys, dq[s0:e], dk[s0:e], dla[s0:e], accumulate,
+                               ab)
 
 
 @njit(**_JIT)
@@ -432,106 +535,6 @@ def _start(k, v, beta, la, h0, dh_T, has_dh_T, C, ckpt, ps, Cc):  # pragma: no c
     return True
 
 
-@njit(**_JIT)
-def _vjp_head_vector(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, dq, dk, accumulate,
-                     dv, dbeta, dla, dh0, ckpt, ps, states):  # pragma: no cover - compiled
-    """One (sequence, head) with a vector gate, step by step. dq, dk (T, dk) written, or added
-    to when ``accumulate``. Per-worker scratch: ckpt (>= ceil(T / C), dk, dv) and states
-    (C, dk, dv) hold the decayed states S~_t = A_t S_{t-1} of t = c C and t = start + j (the
-    products the equations use, the same bits); ps (>= T, dv) the S~_t^T k_t of every step."""
-    T, dk_ = q.shape
-    dv_ = v.shape[1]
-    Cc = dh0
-    if not _start(k, v, beta, la, h0, dh_T, has_dh_T, C, ckpt, ps, Cc):
-        return
-    a = np.empty(dk_)
-    u = np.empty(dv_)
-    r = np.empty(dv_)
-    w = np.empty(dv_)
-    sw = np.empty(dk_)
-    gu = np.empty(dk_)
-    sdos = np.empty((C, dk_))
-    # Blocks in reverse. Cc holds G_t = dL/dS_t row by row, du = G_t^T k_t.
-    du = np.empty(dv_)
-    dun = np.empty(dv_)
-    Pm = np.empty((dk_, dv_))
-    ones = np.ones(dv_)
-    t = T - 1
-    _adjoint_rows(Cc, scale, q[t], k[t], do[t], du)
-    for c in range((T + C - 1) // C - 1, -1, -1):
-        start = c * C
-        L = min(C, T - start)
-        # Recompute the block's S~_t from its checkpoint, one pass over the rows per step,
-        # with S~_t do_t.
-        Sk = ckpt[c]
-        S0 = states[0]
-        for i in range(dk_):
-            for m in range(dv_):
-                S0[i, m] = Sk[i, m]
-        np.dot(S0, do[start], sdos[0])
-        for j in range(L - 1):
-            t = start + j
-            _residual(v[t], beta[t], ps[t], r, u)
-            _alphas(la[t + 1], a)
-            k_t = k[t]
-            Sc = states[j]
-            Sn = states[j + 1]
-            for i in range(dk_):
-                ai = a[i]
-                ki = k_t[i]
-                for m in range(dv_):
-                    Sn[i, m] = ai * (Sc[i, m] + ki * u[m])
-            np.dot(Sn, do[t + 1], sdos[j + 1])
-        # Backward through the block, per step t: S~ w and G u (BLAS), then one pass over the
-        # rows: D = G - k w^T, the products S~ o D (summed per row by one more product), and
-        # the carry G_{t-1} = A D + scale q_{t-1} do_{t-1}^T with du_{t-1} = G_{t-1}^T k_{t-1}.
-        for j in range(L - 1, -1, -1):
-            t = start + j
-            b_t = beta[t]
-            k_t, do_t = k[t], do[t]
-            _residual(v[t], b_t, ps[t], r, u)
-            _alphas(la[t], a)
-            for m in range(dv_):
-                x = b_t * du[m]
-                dv[t, m] = x
-                w[m] = x
-            dbeta[t] = _dot(r, du)
-            Sc = states[j]
-            np.dot(Sc, w, sw)
-            np.dot(Cc, u, gu)
-            sdo = sdos[j]
-            ud = _dot(u, do_t)
-            for i in range(dk_):
-                x = gu[i] - sw[i]
-                y = scale * (sdo[i] + k_t[i] * ud)
-                if accumulate:
-                    dk[t, i] += x
-                    dq[t, i] += y
-                else:
-                    dk[t, i] = x
-                    dq[t, i] = y
-            prev = t > 0
-            tp = t - 1 if prev else t
-            sqs = scale if prev else 0.0
-            q_p, k_p, do_p = q[tp], k[tp], do[tp]
-            for m in range(dv_):
-                dun[m] = 0.0
-            for i in range(dk_):
-                ai = a[i]
-                ki = k_t[i]
-                sqp = sqs * q_p[i]
-                kp = k_p[i]
-                for m in range(dv_):
-                    d = Cc[i, m] - ki * w[m]
-                    Pm[i, m] = Sc[i, m] * d
-                    x = ai * d + sqp * do_p[m]
-                    Cc[i, m] = x
-                    dun[m] += kp * x
-            np.dot(Pm, ones, dla[t])
-            for m in range(dv_):      # a copy: swapping the names stops LLVM vectorising
-                du[m] = dun[m]
-
-
 @njit(parallel=True, **_JIT)
 def _vjp_kernel(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, n_workers, sb, st0, st1,
                 per_head, dq, dk, dv, dbeta, dla, dh0):  # pragma: no cover - compiled
@@ -549,7 +552,6 @@ def _vjp_kernel(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, n_workers, 
     for wk in prange(n_workers):
         ckpt = np.empty((n_blocks, dk_, dv_))
         ps = np.empty((T, dv_))
-        states = np.empty((C, dk_, dv_) if la.shape[3] != 1 else (0, dk_, dv_))
         for item in range(wk, NS * per_item, n_workers):
             n = item // per_item
             x = item - n * per_item
@@ -557,21 +559,11 @@ def _vjp_kernel(q, k, v, beta, la, h0, do, dh_T, has_dh_T, scale, C, n_workers, 
             b, t0, t1 = sb[n], st0[n], st1[n]
             for j in range(heads):
                 h = x if per_head else g * hpg + j
-                if la.shape[3] == 1:
-                    _vjp_head_scalar(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1],
-                                     beta[b, h, t0:t1], la[b, h, t0:t1], h0[n, h],
-                                     do[b, h, t0:t1], dh_T[n, h] if has_dh_T else dh_T[0, 0],
-                                     has_dh_T, scale, C, dq[b, x, t0:t1], dk[b, x, t0:t1],
-                                     j > 0, dv[b, h, t0:t1], dbeta[b, h, t0:t1],
-                                     dla[b, h, t0:t1], dh0[n, h], ckpt, ps)
-                else:
-                    _vjp_head_vector(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1],
-                                     beta[b, h, t0:t1], la[b, h, t0:t1], h0[n, h],
-                                     do[b, h, t0:t1], dh_T[n, h] if has_dh_T else dh_T[0, 0],
-                                     has_dh_T, scale, C, dq[b, x, t0:t1], dk[b, x, t0:t1],
-                                     j > 0, dv[b, h, t0:t1], dbeta[b, h, t0:t1],
-                                     dla[b, h, t0:t1], dh0[n, h], ckpt, ps, states)
-
+                _vjp_head(q[b, g, t0:t1], k[b, g, t0:t1], v[b, h, t0:t1], beta[b, h, t0:t1],
+                          la[b, h, t0:t1], h0[n, h], do[b, h, t0:t1],
+                          dh_T[n, h] if has_dh_T else dh_T[0, 0], has_dh_T, scale, C,
+                          dq[b, x, t0:t1], dk[b, x, t0:t1], j > 0, dv[b, h, t0:t1],
+                          dbeta[b, h, t0:t1], dla[b, h, t0:t1], dh0[n, h], ckpt, ps)
 
 def _c64(x):
     return np.ascontiguousarray(x, dtype=np.float64)
