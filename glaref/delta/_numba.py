@@ -198,6 +198,30 @@ def _adjoint_rows(Cc, scale, q_t, k_t, do_t, du):  # pragma: no cover - compiled
 
 
 @njit(**_JIT)
+def _piece_products(S0, Gc, U, W, dO, X, SX, ab):  # pragma: no cover - compiled
+    """The products of a piece with the full state and carry (BLAS): returns SXb (2L, dk), rows
+    S0 w_j then S0 do_j, and GU (L, dk), rows Gc u_j (views of the scratch SX; X holds [W; dO])."""
+    L, dv_ = U.shape
+    Xb = X[:2 * L]
+    for j in range(L):
+        for m in range(dv_):
+            Xb[j, m] = W[j, m]
+            Xb[L + j, m] = dO[j, m]
+    SXb = SX[:2 * L]
+    _gemm(_N, _T, 1.0, Xb, S0, 0.0, SXb, ab)
+    GU = SX[2 * L:3 * L]
+    _gemm(_N, _T, 1.0, U, Gc, 0.0, GU, ab)
+    return SXb, GU
+
+
+@njit(**_JIT)
+def _pair_products(U, W, dO, WU, DU, ab):  # pragma: no cover - compiled
+    """WU[j, i] = w_j . u_i and DU[j, i] = do_j . u_i over a piece's steps (BLAS)."""
+    _gemm(_N, _T, 1.0, W, U, 0.0, WU, ab)
+    _gemm(_N, _T, 1.0, dO, U, 0.0, DU, ab)
+
+
+@njit(**_JIT)
 def _block_outputs(a, S0, Gc, U, W, K, Qh, dO, scale, E, X, SX, Y, Z, xs, ys, dq, dk, dla,
                    accumulate, ab):  # pragma: no cover - compiled
     """dq, dk, dlog_alpha of a block's L steps (scalar gate) from the block's first decayed
@@ -226,18 +250,9 @@ def _block_outputs(a, S0, Gc, U, W, K, Qh, dO, scale, E, X, SX, Y, Z, xs, ys, dq
         E[r, r] = 1.0
         for i in range(r - 1, -1, -1):
             E[r, i] = E[r, i + 1] * a[i + 1]
-    Xb = X[:2 * L]
-    for j in range(L):
-        for m in range(dv_):
-            Xb[j, m] = W[j, m]
-            Xb[L + j, m] = dO[j, m]
-    SXb = SX[:2 * L]
-    _gemm(_N, _T, 1.0, Xb, S0, 0.0, SXb, ab)          # rows: S0 w_j, then S0 do_j
-    GU = SX[2 * L:3 * L]
-    _gemm(_N, _T, 1.0, U, Gc, 0.0, GU, ab)            # rows: Gc u_j
+    SXb, GU = _piece_products(S0, Gc, U, W, dO, X, SX, ab)
     WU, DU, QK, KK = Y[0, :L, :L], Y[1, :L, :L], Y[2, :L, :L], Y[3, :L, :L]
-    _gemm(_N, _T, 1.0, W, U, 0.0, WU, ab)             # [j, i] = w_j . u_i
-    _gemm(_N, _T, 1.0, dO, U, 0.0, DU, ab)            # [j, i] = do_j . u_i
+    _pair_products(U, W, dO, WU, DU, ab)
     _gemm(_N, _T, 1.0, Qh, K, 0.0, QK, ab)            # [r, i] = q^_r . k_i
     _gemm(_N, _T, 1.0, K, K, 0.0, KK, ab)             # [r, i] = k_r . k_i
     Mq, Mk, Md = Y[4, :L, :L], Y[5, :L, :L], Y[6, :L, :L]
@@ -307,19 +322,9 @@ def _block_outputs_vector(al, S0, Gc, U, W, K, Qh, dO, scale, Ed, X, SX, Y, V, d
         for i in range(r - 1, -1, -1):
             for d in range(dk_):
                 Ed[r, i, d] = Ed[r, i + 1, d] * al[i + 1, d]
-    dv_ = U.shape[1]
-    Xb = X[:2 * L]
-    for j in range(L):
-        for m in range(dv_):
-            Xb[j, m] = W[j, m]
-            Xb[L + j, m] = dO[j, m]
-    SXb = SX[:2 * L]
-    _gemm(_N, _T, 1.0, Xb, S0, 0.0, SXb, ab)          # rows: S0 w_j, then S0 do_j
-    GU = SX[2 * L:3 * L]
-    _gemm(_N, _T, 1.0, U, Gc, 0.0, GU, ab)            # rows: Gc u_j
+    SXb, GU = _piece_products(S0, Gc, U, W, dO, X, SX, ab)
     WU, DU = Y[0, :L, :L], Y[1, :L, :L]
-    _gemm(_N, _T, 1.0, W, U, 0.0, WU, ab)             # [j, i] = w_j . u_i
-    _gemm(_N, _T, 1.0, dO, U, 0.0, DU, ab)            # [j, i] = do_j . u_i
+    _pair_products(U, W, dO, WU, DU, ab)
     acc = V[0, 0]
     base = V[0, 1]
     xr = V[0, 2]
